@@ -1,0 +1,3 @@
+"""bgp4: Boltzmann generators for alanine dipeptide with P4Inv invertible linear layers."""
+
+__version__ = "0.1.0"

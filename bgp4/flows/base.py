@@ -1,0 +1,45 @@
+"""The Flow contract: an invertible map that reports the log|det| of its Jacobian.
+
+Every layer maps `forward(x) -> (y, logdet)` and `inverse(y) -> (x, logdet)`, where
+`logdet` has shape (batch,) and is always the log|det J| of the map just applied, so
+`inverse(forward(x)[0])[1] == -forward(x)[1]`. Tensors are (batch, dim) unless a layer says
+otherwise.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+
+class Flow(nn.Module):
+    """Base class of every invertible layer in bgp4."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # pragma: no cover
+        raise NotImplementedError
+
+    def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class SequentialFlow(Flow):
+    """A list of flows applied in order (forward) or in reverse order (inverse)."""
+
+    def __init__(self, layers: Iterable[Flow]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logdet = x.new_zeros(x.shape[0])
+        for layer in self.layers:
+            x, ld = layer(x)
+            logdet = logdet + ld
+        return x, logdet
+
+    def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logdet = y.new_zeros(y.shape[0])
+        for layer in reversed(self.layers):
+            y, ld = layer.inverse(y)
+            logdet = logdet + ld
+        return y, logdet

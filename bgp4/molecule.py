@@ -1,0 +1,113 @@
+"""Alanine dipeptide in implicit solvent: OpenMM system, topology, structure and z-matrix.
+
+Units: positions in nm, energies in kJ/mol, temperatures in K.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mdtraj
+import numpy as np
+import openmm
+import openmm.app as app
+
+#: Boltzmann constant in kJ/mol/K (OpenMM's value, CODATA 2018).
+KB_KJ_PER_MOL_K = 0.00831446261815324
+
+PDB_PATH = Path(__file__).resolve().parent.parent / "data" / "alanine-dipeptide.pdb"
+FORCE_FIELD = ("amber99sbildn.xml", "amber96_obc.xml")
+
+#: Rows [atom, bond partner, angle partner, torsion partner] (REFERENCE section 3), reordered
+#: so that every reference atom is in the rigid block or placed by an earlier row.
+Z_MATRIX = np.array(
+    [
+        [4, 6, 8, 14], [1, 4, 6, 8], [0, 1, 4, 6], [2, 1, 4, 0], [3, 1, 4, 0],
+        [5, 4, 6, 8], [7, 6, 8, 4], [11, 10, 8, 6], [12, 10, 8, 11], [13, 10, 8, 11],
+        [16, 14, 8, 6], [15, 14, 8, 16], [17, 16, 14, 15], [18, 16, 14, 8],
+        [19, 18, 16, 14], [20, 18, 16, 19], [21, 18, 16, 19],
+    ],
+    dtype=np.int64,
+)
+RIGID_BLOCK = np.array([6, 8, 9, 10, 14], dtype=np.int64)
+PHI = (4, 6, 8, 14)
+PSI = (6, 8, 14, 16)
+
+
+def kT(temperature: float) -> float:
+    """Thermal energy k_B T in kJ/mol at `temperature` in K."""
+    return KB_KJ_PER_MOL_K * float(temperature)
+
+
+@dataclass(frozen=True)
+class Molecule:
+    """Everything bgp4 needs to know about one molecule.
+
+    Attributes:
+        name: short label stored in files.
+        system: the OpenMM system (forces, constraints, masses).
+        topology: mdtraj topology, atom order as in `positions`.
+        positions: (n_atoms, 3) float64 structure in nm.
+        z_matrix: (n_ic, 4) rows [atom, bond, angle, torsion partner].
+        rigid_block: atom indices kept in Cartesian coordinates.
+        phi, psi: backbone torsion atom 4-tuples.
+        force_field: names of the force-field files, stored as run metadata.
+    """
+
+    name: str
+    system: openmm.System
+    topology: mdtraj.Topology
+    positions: np.ndarray
+    z_matrix: np.ndarray
+    rigid_block: np.ndarray
+    phi: tuple[int, int, int, int]
+    psi: tuple[int, int, int, int]
+    force_field: tuple[str, ...] = field(default=FORCE_FIELD)
+
+    @property
+    def n_atoms(self) -> int:
+        return int(self.positions.shape[0])
+
+    def kT(self, temperature: float) -> float:
+        """k_B T in kJ/mol at `temperature` K."""
+        return kT(temperature)
+
+    def system_xml(self) -> str:
+        """The OpenMM system serialized to XML (workers rebuild contexts from it)."""
+        return openmm.XmlSerializer.serialize(self.system)
+
+
+def alanine_dipeptide() -> Molecule:
+    """Ace-Ala-Nme with amber99sb-ildn + amber96 OBC implicit solvent, NoCutoff, HBonds.
+
+    The structure ships in `data/alanine-dipeptide.pdb` (from the openmmtools wheel), so
+    nothing is fetched at run time. Its potential energy is -95.70 kJ/mol.
+    """
+    pdb = app.PDBFile(str(PDB_PATH))
+    forcefield = app.ForceField(*FORCE_FIELD)
+    system = forcefield.createSystem(
+        pdb.topology,
+        nonbondedMethod=app.NoCutoff,
+        constraints=app.HBonds,
+        removeCMMotion=True,
+    )
+    positions = np.array(pdb.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer), dtype=np.float64)
+    return Molecule(
+        name="alanine-dipeptide",
+        system=system,
+        topology=mdtraj.Topology.from_openmm(pdb.topology),
+        positions=positions,
+        z_matrix=Z_MATRIX.copy(),
+        rigid_block=RIGID_BLOCK.copy(),
+        phi=PHI,
+        psi=PSI,
+    )
+
+
+def constrained_bonds(molecule: Molecule) -> dict[tuple[int, int], float]:
+    """Constrained atom pairs (sorted) -> constraint length in nm."""
+    out = {}
+    for i in range(molecule.system.getNumConstraints()):
+        a, b, d = molecule.system.getConstraintParameters(i)
+        out[(min(a, b), max(a, b))] = d.value_in_unit(openmm.unit.nanometer)
+    return out

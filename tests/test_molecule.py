@@ -1,0 +1,37 @@
+import numpy as np
+import openmm
+import pytest
+
+from bgp4.molecule import PHI, PSI, alanine_dipeptide, constrained_bonds, kT
+
+
+def test_pdb_energy_matches_reference(molecule):
+    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(molecule.positions)
+    energy = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+    assert energy == pytest.approx(-95.70, abs=0.01)
+
+
+def test_molecule_contents(molecule):
+    assert molecule.n_atoms == 22
+    assert molecule.positions.shape == (22, 3)
+    assert molecule.topology.n_atoms == 22
+    assert molecule.z_matrix.shape == (17, 4)
+    assert sorted(molecule.z_matrix[:, 0].tolist() + molecule.rigid_block.tolist()) == list(range(22))
+    assert molecule.system.getNumConstraints() == 12
+    assert len(constrained_bonds(molecule)) == 12
+    assert (molecule.phi, molecule.psi) == (PHI, PSI)
+    names = [a.name for a in molecule.topology.atoms]
+    assert [names[i] for i in PHI] == ["C", "N", "CA", "C"]
+
+
+def test_z_matrix_references_placed_before_use(molecule):
+    placed = set(molecule.rigid_block.tolist())
+    for atom, *refs in molecule.z_matrix.tolist():
+        assert all(r in placed for r in refs), (atom, refs)
+        placed.add(atom)
+
+
+def test_kT_at_600K():
+    assert kT(600.0) == pytest.approx(4.98868, abs=1e-5)
+    assert alanine_dipeptide().kT(300.0) == pytest.approx(kT(300.0))
