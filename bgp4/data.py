@@ -1,0 +1,106 @@
+"""Trajectory files: writing and reading mdtraj HDF5 files with bgp4's run settings.
+
+A bgp4 trajectory file is a plain mdtraj HDF5 file (`mdtraj.load(path)` opens it): coordinates
+in nm, `potentialEnergy` (and `kineticEnergy`, `temperature` for MD) per frame in kJ/mol and K.
+bgp4 adds a JSON string attribute `bgp4_settings` on the root node and optional extra per-frame
+arrays (`replica` for MD; `log_q`, `log_w`, `finite` for samples) as root-level arrays.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mdtraj
+import numpy as np
+import tables
+
+from bgp4.errors import InputError
+
+SETTINGS_ATTR = "bgp4_settings"
+
+
+@dataclass
+class TrajectoryData:
+    """Frames of one file: `xyz` (n, atoms, 3) float32 nm, `energies` (n,) kJ/mol, extras by name."""
+
+    xyz: np.ndarray
+    energies: np.ndarray
+    topology: mdtraj.Topology
+    settings: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.xyz.shape[0])
+
+
+def write_trajectory(
+    path: str | os.PathLike,
+    topology: mdtraj.Topology,
+    chunks,
+    settings: dict[str, Any],
+    extras: dict[str, np.ndarray] | None = None,
+) -> None:
+    """Write frames to `path` atomically (a temporary file renamed at the end).
+
+    `chunks` yields dicts with `coordinates` (k, atoms, 3) nm and optionally `time` (ps),
+    `potentialEnergy`, `kineticEnergy` (kJ/mol), `temperature` (K): they are written as they come,
+    so memory stays at one chunk. `extras` are per-frame arrays stored beside the frames.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)  # mdtraj wants the .h5 suffix
+    with mdtraj.formats.HDF5TrajectoryFile(str(tmp), "w") as f:
+        f.topology = topology
+        for chunk in chunks:
+            f.write(**chunk)
+    with tables.open_file(str(tmp), "a") as h5:
+        h5.root._v_attrs[SETTINGS_ATTR] = json.dumps(settings, sort_keys=True)
+        for name, values in (extras or {}).items():
+            h5.create_array(h5.root, name, np.asarray(values))
+    os.replace(tmp, path)
+
+
+def read_settings(path: str | os.PathLike) -> dict[str, Any]:
+    """The bgp4 settings stored in a trajectory file ({} for a plain mdtraj file)."""
+    with tables.open_file(str(path), "r") as h5:
+        raw = h5.root._v_attrs[SETTINGS_ATTR] if SETTINGS_ATTR in h5.root._v_attrs._v_attrnames else None
+    return json.loads(raw) if raw else {}
+
+
+def load_trajectory(path: str | os.PathLike, n_atoms: int | None = None, extras: tuple[str, ...] = ()) -> TrajectoryData:
+    """Read a trajectory file; raise InputError if it is missing, unreadable or of another molecule."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"data file not found: {path}")
+    try:
+        with mdtraj.formats.HDF5TrajectoryFile(str(path), "r") as f:
+            topology = f.topology
+            frames = f.read()
+    except Exception as exc:  # noqa: BLE001 - any reader failure means "not an mdtraj HDF5 file"
+        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file ({type(exc).__name__}: {exc})") from None
+    xyz = np.asarray(frames.coordinates, dtype=np.float32)
+    if xyz.ndim != 3 or xyz.shape[0] == 0:
+        raise InputError(f"{path} holds no frames")
+    if n_atoms is not None and xyz.shape[1] != n_atoms:
+        raise InputError(f"{path} has {xyz.shape[1]} atoms per frame, expected {n_atoms} (alanine dipeptide)")
+    energies = frames.potentialEnergy
+    energies = np.full(xyz.shape[0], np.nan) if energies is None else np.asarray(energies, dtype=np.float64)
+    stored: dict[str, np.ndarray] = {}
+    with tables.open_file(str(path), "r") as h5:
+        raw = h5.root._v_attrs[SETTINGS_ATTR] if SETTINGS_ATTR in h5.root._v_attrs._v_attrnames else None
+        for name in extras:
+            if name in h5.root:
+                stored[name] = np.asarray(h5.get_node(h5.root, name).read())
+    return TrajectoryData(xyz, energies, topology, json.loads(raw) if raw else {}, stored)
+
+
+def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded random split of range(n) into (train, test) index arrays, both sorted."""
+    if not 0.0 <= test_fraction < 1.0:
+        raise InputError(f"test fraction must be in [0, 1), got {test_fraction}")
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(n * test_fraction))
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
