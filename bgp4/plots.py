@@ -1,0 +1,356 @@
+"""Figures of the analysis stage (paper figure 6 and training curves).
+
+Every function takes plain arrays, writes `<stem>.png` and `<stem>.pdf` and returns both paths.
+Figures are built on `matplotlib.figure.Figure` objects (never pyplot), so nothing stays open and
+no global figure state is touched; the shared style is applied through `rc_context` only while a
+figure is drawn. Energies are in kT, angles in radians.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import matplotlib
+import numpy as np
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
+
+from bgp4.analysis import angle_edges, ramachandran_histogram
+from bgp4.errors import InputError
+
+#: rcParams shared by all figures (applied temporarily, see `_styled`).
+STYLE: dict[str, Any] = {
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.3,
+    "savefig.dpi": 150,
+    "savefig.bbox": "tight",
+    "pdf.fonttype": 42,  # TrueType in PDFs keeps text editable
+    "image.cmap": "viridis",
+}
+#: Formats written for every figure.
+FORMATS = ("png", "pdf")
+_PI_TICKS = (-np.pi, -np.pi / 2, 0.0, np.pi / 2, np.pi)
+_PI_LABELS = ("$-\\pi$", "$-\\pi/2$", "0", "$\\pi/2$", "$\\pi$")
+
+
+def _styled(func: Callable[..., list[Path]]) -> Callable[..., list[Path]]:
+    """Run a figure function under the shared style, restoring the caller's rcParams after."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> list[Path]:
+        with matplotlib.rc_context(STYLE):
+            return func(*args, **kwargs)
+    return wrapper
+
+
+def _new_figure(n_panels: int, panel_size: tuple[float, float] = (3.2, 2.8),
+                ncols: int | None = None, **subplots_kw: Any) -> tuple[Figure, list[Any]]:
+    """A Figure with `n_panels` axes on a grid (`ncols` per row, default all in one row);
+    `subplots_kw` go to `Figure.subplots` (e.g. sharex=True)."""
+    n_panels = max(1, int(n_panels))
+    ncols = n_panels if ncols is None else max(1, min(int(ncols), n_panels))
+    nrows = math.ceil(n_panels / ncols)
+    fig = Figure(figsize=(panel_size[0] * ncols, panel_size[1] * nrows), layout="constrained")
+    grid = fig.subplots(nrows, ncols, squeeze=False, **subplots_kw)
+    axes = list(grid.ravel())
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes[:n_panels]
+
+
+def _save(fig: Figure, path: str | Path) -> list[Path]:
+    """Write `fig` as PNG and PDF next to `path` (its .png/.pdf suffix, if any, is dropped)."""
+    stem = Path(path)
+    if stem.suffix.lower() in {f".{fmt}" for fmt in FORMATS}:
+        stem = stem.with_suffix("")
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in FORMATS:
+        target = stem.parent / f"{stem.name}.{fmt}"
+        # A fixed creation date keeps PDFs byte-stable across runs with the same data.
+        fig.savefig(target, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        written.append(target)
+    return written
+
+
+def _color(index: int) -> str:
+    """The index-th colour of the default cycle (MD data C0, noisy MD C1, models after)."""
+    return f"C{index % 10}"
+
+
+def _angle_axis(ax: Any, axis: str = "x") -> None:
+    """Ticks at multiples of pi/2 on [-pi, pi] for the given axis ('x' or 'y')."""
+    if axis == "x":
+        ax.set_xlim(-np.pi, np.pi)
+        ax.set_xticks(_PI_TICKS, _PI_LABELS)
+    else:
+        ax.set_ylim(-np.pi, np.pi)
+        ax.set_yticks(_PI_TICKS, _PI_LABELS)
+
+
+def _float_array(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64).ravel()
+
+
+# --------------------------------------------------------------------------- energy violins
+
+
+def _auto_clip(columns: Mapping[str, np.ndarray]) -> tuple[float, float]:
+    """Visible energy range: the first column (MD data) widened below by 25 % and above by 150 %
+    of its span, so the noisy-data and model shifts show while rare huge energies do not
+    flatten the plot."""
+    arrays = [_float_array(v) for v in columns.values()]
+    reference = arrays[0][np.isfinite(arrays[0])] if arrays else np.zeros(0)
+    if reference.size == 0:
+        reference = np.concatenate([a[np.isfinite(a)] for a in arrays]) if arrays else np.zeros(0)
+    if reference.size == 0:
+        return 0.0, 1.0
+    low, high = float(reference.min()), float(reference.max())
+    span = max(high - low, 1.0)
+    return low - 0.25 * span, high + 1.5 * span
+
+
+@_styled
+def energy_violins(columns: Mapping[str, np.ndarray], low_fraction: Mapping[str, float | None],
+                   path: str | Path, clip: tuple[float, float] | None = None,
+                   threshold: float | None = None) -> list[Path]:
+    """Violins of sample energies per column (paper figure 6, left).
+
+    Args:
+        columns: label -> (n,) energies in kT, in display order (MD data, MD + noise, models).
+        low_fraction: label -> low-energy fraction (0..1) printed above the column.
+        path: output stem; writes `<stem>.png` and `<stem>.pdf`.
+        clip: visible (low, high) energy range in kT; default from the first column's range.
+            Energies outside it (and non-finite ones) are left out of the violin and counted in
+            the annotation instead.
+        threshold: the low-energy threshold (kT), drawn as a dashed line if given.
+    """
+    if not columns:
+        raise InputError("energy_violins needs at least one column of energies")
+    low, high = _auto_clip(columns) if clip is None else (float(clip[0]), float(clip[1]))
+    if not high > low:
+        raise InputError(f"energy clip range must have low < high, got ({low}, {high})")
+    fig, (ax,) = _new_figure(1, panel_size=(1.2 + 1.1 * len(columns), 3.6))
+    label_at_top = blended_transform_factory(ax.transData, ax.transAxes)
+    for i, (label, values) in enumerate(columns.items()):
+        energies = _float_array(values)
+        with np.errstate(invalid="ignore"):
+            visible = energies[(energies >= low) & (energies <= high)]
+        outside = energies.size - visible.size
+        if np.unique(visible).size >= 2:
+            parts = ax.violinplot([visible], positions=[i], widths=0.8, showmedians=True, showextrema=False)
+            for body in parts["bodies"]:
+                body.set_facecolor(_color(i))
+                body.set_edgecolor("0.2")
+                body.set_alpha(0.75)
+            parts["cmedians"].set_color("0.1")
+        elif visible.size:  # too few distinct values for a density estimate: show the points
+            ax.plot(np.full(visible.size, i), visible, "o", color=_color(i), ms=3)
+        fraction = low_fraction.get(label)
+        lines = ["low-E n/a" if fraction is None or not np.isfinite(fraction) else f"low-E {fraction:.2%}"]
+        if energies.size == 0:
+            lines.append("no samples")
+        elif outside:
+            lines.append(f"{outside / energies.size:.1%} off-scale")
+        ax.text(i, 1.01, "\n".join(lines), transform=label_at_top, ha="center", va="bottom", fontsize=7)
+    if threshold is not None and np.isfinite(threshold):
+        ax.axhline(threshold, color="0.4", ls="--", lw=0.8, label="max training energy")
+        ax.legend(loc="lower right")
+    ax.set_xticks(range(len(columns)), list(columns), rotation=20, ha="right")
+    ax.set_xlim(-0.6, len(columns) - 0.4)
+    ax.set_ylim(low, high)
+    ax.set_ylabel(f"energy $u$ [$k_BT$] (shown {low:.0f} to {high:.0f})")
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- Ramachandran
+
+
+@_styled
+def ramachandran_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
+                        path: str | Path, bins: int = 64) -> list[Path]:
+    """Joint (phi, psi) densities, one panel per dataset (paper figure 6, right).
+
+    Args:
+        panels: label -> (phi (n,), psi (n,), linear non-negative weights (n,) or None), in
+            display order (MD first, then each model, raw and reweighted).
+        path: output stem; writes `<stem>.png` and `<stem>.pdf`.
+        bins: histogram bins per axis on [-pi, pi].
+
+    All panels share one logarithmic colour scale (density per rad^2) and one colorbar; empty
+    bins are left blank.
+    """
+    if not panels:
+        raise InputError("ramachandran_panels needs at least one dataset")
+    densities = {label: ramachandran_histogram(phi, psi, bins, weights=w) for label, (phi, psi, w) in panels.items()}
+    positive = np.concatenate([d[d > 0] for d in densities.values()])
+    vmax = float(positive.max()) if positive.size else 1.0
+    # At least two decades (readable colorbar), at most six (well under one sample per bin for
+    # any realistic sample size, so a stray huge weight cannot wash out the scale).
+    vmin = min(max(float(positive.min()), vmax * 1e-6), vmax * 1e-2) if positive.size else 1e-3
+    norm = LogNorm(vmin=vmin, vmax=vmax)
+    fig, axes = _new_figure(len(panels), panel_size=(2.6, 2.6), ncols=min(len(panels), 4))
+    edges = angle_edges(bins)
+    for ax, (label, (phi, psi, _)) in zip(axes, panels.items()):
+        density = densities[label]
+        # pcolormesh wants rows = y (psi); the histogram is indexed [phi, psi].
+        ax.pcolormesh(edges, edges, np.ma.masked_less_equal(density.T, 0.0), norm=norm, rasterized=True)
+        n = np.asarray(phi).size
+        ax.set_title(f"{label} (n={n})" if density.any() else f"{label} (no samples)")
+        _angle_axis(ax, "x")
+        _angle_axis(ax, "y")
+        ax.set_aspect("equal")
+        ax.spines[["top", "right"]].set_visible(True)  # a map reads better boxed
+        ax.set_xlabel("$\\varphi$")
+        ax.set_ylabel("$\\psi$")
+    fig.colorbar(ScalarMappable(norm=norm, cmap=STYLE["image.cmap"]), ax=axes, label="density [rad$^{-2}$]",
+                 shrink=0.85)
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- free energy
+
+
+@_styled
+def free_energy_phi(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: str | Path) -> list[Path]:
+    """Free energy along phi, one line per dataset.
+
+    Args:
+        curves: label -> (bin centers (bins,) rad, F (bins,) kT), e.g. from
+            `analysis.free_energy_1d`; the first curve is the reference (MD, drawn black).
+            A label "<name> reweighted" is drawn dashed in the colour of "<name>".
+        path: output stem; writes `<stem>.png` and `<stem>.pdf`.
+    """
+    if not curves:
+        raise InputError("free_energy_phi needs at least one curve")
+    fig, (ax,) = _new_figure(1, panel_size=(4.6, 3.2))
+    colours: dict[str, str] = {}
+    for i, (label, (centers, free)) in enumerate(curves.items()):
+        x = _float_array(centers)
+        y = _float_array(free)
+        y = np.where(np.isfinite(y), y, np.nan)  # empty bins become gaps
+        if x.size != y.size:
+            raise InputError(f"curve {label!r}: {x.size} centers but {y.size} free energies")
+        reweighted = label.endswith(" reweighted")
+        base = label[: -len(" reweighted")] if reweighted else label
+        if i == 0:
+            colours[base] = "black"
+        colours.setdefault(base, _color(len(colours)))
+        ax.plot(x, y, color=colours[base], ls="--" if reweighted else "-", lw=2.0 if i == 0 else 1.3, label=label)
+    _angle_axis(ax, "x")
+    ax.set_xlabel("$\\varphi$")
+    ax.set_ylabel("free energy $F(\\varphi)$ [$k_BT$]")
+    ax.legend(loc="best")
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- training curves
+
+
+def _series(records: Sequence[Mapping[str, Any]], key: str,
+            keep: Callable[[Mapping[str, Any]], bool] = lambda r: True) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of the rows where `key` holds a finite number; a missing step is the row index."""
+    steps, values = [], []
+    for index, record in enumerate(records):
+        if key not in record or not keep(record):
+            continue
+        try:
+            value = float(record[key])
+            step = float(record.get("step", index))
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and math.isfinite(step):
+            steps.append(step)
+            values.append(value)
+    return np.asarray(steps), np.asarray(values)
+
+
+def _running_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over `window` rows (shorter at the start), same length as `values`."""
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    index = np.arange(1, values.size + 1)
+    start = np.maximum(index - window, 0)
+    return (sums[index] - sums[start]) / (index - start)
+
+
+def _robust_ylim(ax: Any, values: Iterable[np.ndarray]) -> None:
+    """Limit y to [min, 98th percentile] (plus margin) so early spikes do not flatten the curve."""
+    pooled = np.concatenate([v for v in values if v.size]) if any(v.size for v in values) else np.zeros(0)
+    if pooled.size < 2:
+        return
+    low, high = float(pooled.min()), float(np.quantile(pooled, 0.98))
+    margin = 0.05 * max(high - low, 1e-12)
+    ax.set_ylim(low - margin, high + margin)
+
+
+def _plot_noisy(ax: Any, steps: np.ndarray, values: np.ndarray, color: str, label: str) -> None:
+    """Raw values faintly, a running mean on top (window ~1 % of the run)."""
+    ax.plot(steps, values, color=color, alpha=0.25, lw=0.6)
+    ax.plot(steps, _running_mean(values, max(1, values.size // 100)), color=color, label=label)
+
+
+@_styled
+def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> list[Path]:
+    """Training curves from metrics-log rows.
+
+    Args:
+        records: dicts with any of: step, phase ("ml" / "energy"), train_nll, test_nll,
+            energy (kT), p4inv_residual. Missing, None or non-numeric entries are skipped.
+        path: output stem; writes `<stem>.png` and `<stem>.pdf`.
+
+    Panels: negative log-likelihood (train per phase, test as markers), then sample energy and
+    the P4Inv inverse residual (log scale) when the records hold them. A dotted line marks the
+    start of the energy phase.
+    """
+    def in_phase(name: str) -> Callable[[Mapping[str, Any]], bool]:
+        return lambda record: record.get("phase", "ml") == name
+
+    nll_ml = _series(records, "train_nll", in_phase("ml"))
+    nll_energy = _series(records, "train_nll", in_phase("energy"))
+    nll_test = _series(records, "test_nll")
+    energy = _series(records, "energy")
+    residual = _series(records, "p4inv_residual")
+    residual = (residual[0][residual[1] > 0], residual[1][residual[1] > 0])
+    extra = [name for name, series in (("energy", energy), ("residual", residual)) if series[1].size]
+    fig, axes = _new_figure(1 + len(extra), panel_size=(3.6, 2.8), sharex=True)
+
+    ax = axes[0]
+    for (steps, values), colour, label in ((nll_ml, "C0", "train (ML)"), (nll_energy, "C3", "train (ML + energy)")):
+        if values.size:
+            _plot_noisy(ax, steps, values, colour, label)
+    if nll_test[1].size:
+        ax.plot(*nll_test, "o", color="C1", ms=3, label="test")
+    _robust_ylim(ax, [nll_ml[1], nll_energy[1], nll_test[1]])
+    ax.set_ylabel("negative log-likelihood")
+    if ax.lines:
+        ax.legend(loc="upper right")
+    else:
+        ax.text(0.5, 0.5, "no likelihood records", transform=ax.transAxes, ha="center", va="center")
+
+    for ax, name in zip(axes[1:], extra):
+        if name == "energy":
+            _plot_noisy(ax, *energy, "C2", "mean sample energy")
+            _robust_ylim(ax, [energy[1]])
+            ax.set_ylabel("sample energy [$k_BT$]")
+        else:
+            ax.plot(*residual, ".-", color="C4", ms=3)
+            ax.set_yscale("log")
+            ax.set_ylabel("P4Inv inverse residual")
+
+    energy_start = _series(records, "step", in_phase("energy"))[1]
+    for ax in axes:
+        ax.set_xlabel("optimizer step")
+        if energy_start.size:
+            ax.axvline(energy_start.min(), color="0.5", ls=":", lw=0.8)
+    return _save(fig, path)
