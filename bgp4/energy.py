@@ -1,0 +1,466 @@
+"""OpenMM energies and forces as a differentiable torch function, spread over worker processes.
+
+Units at the boundary: positions in nm; `energy`/`energy_and_forces` return reduced energies
+u = U/kT (kT in kJ/mol at the given temperature) and forces in kT/nm; `energies_kjmol` returns
+plain kJ/mol. A sample that cannot be evaluated (NaN/inf or huge coordinates, overlapping atoms,
+a non-finite OpenMM result, an OpenMM exception) gets energy +inf and zero force.
+
+Workers are fresh interpreters (`python -c`, running `_worker_main` only) that import numpy and
+openmm but never torch or bgp4: they start in about 0.3 s and never re-run the caller's
+`__main__`, as multiprocessing's spawn would. Frames travel as float64 bytes over pipes and the
+per-frame loop runs entirely inside the worker.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+from collections import deque
+
+import numpy as np
+import openmm
+import torch
+
+from bgp4.errors import Bgp4Error, InputError
+from bgp4.molecule import kT as thermal_energy
+from bgp4.platform import get_platform
+
+#: Coordinates beyond this many nm are treated as absurd (+inf energy) without calling OpenMM.
+MAX_ABS_COORDINATE_NM = 1.0e4
+_GPU_PLATFORMS = ("CUDA", "OpenCL")
+_HEADER = struct.Struct("<qq")  # (number of frames or -1 to quit, want forces)
+
+
+def regularize_energy(u: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
+    """Reduced energies (kT) made safe for losses: u below `high`, high + log(1 + u - high) above.
+
+    Continuous and monotone; clamped at `max`. NaN and +inf map to `max` with zero gradient.
+    """
+    if not high < max:
+        raise InputError(f"regularize_energy needs high < max, got high={high}, max={max}")
+    u = torch.where(torch.isnan(u), torch.full_like(u, float("inf")), u)
+    # log1p of the clamped excess keeps the unused branch finite, so torch.where never mixes NaN gradients.
+    soft = high + torch.log1p(torch.clamp(u - high, min=0.0))
+    return torch.clamp(torch.where(u > high, soft, u), max=max)
+
+
+def _worker_main() -> None:
+    """Body of one worker process: evaluate frames in one OpenMM Context until EOF or quit.
+
+    argv: platform name, platform properties (JSON), parent pid, "1" to die with the parent thread.
+    Protocol (little endian): the parent sends the system XML (int64 length + bytes); the worker
+    answers int64 0 when ready, or int64 n + n bytes of error text. Then requests: int64 n frames
+    (-1 quits), int64 want_forces, n*n_atoms*3 float64 nm; reply: n float64 energies (kJ/mol,
+    +inf where the result is not finite), then if asked n*n_atoms*3 float64 forces (kJ/mol/nm).
+    """
+    import ctypes
+    import json
+    import math
+    import os
+    import signal
+    import struct
+    import sys
+
+    import numpy as np
+    import openmm
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which closes us.
+    platform_name, props, parent_pid, die_with_parent = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    if die_with_parent == "1" and sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:
+            os._exit(0)  # the parent died before prctl took effect
+    # Keep private copies of the pipes and point fds 0/1 elsewhere, so stray prints cannot corrupt them.
+    in_fd, out_fd = os.dup(0), os.dup(1)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+
+    def read_exact(n: int) -> bytearray | None:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = os.readv(in_fd, [view[got:]])
+            if k == 0:
+                return None
+            got += k
+        return buf
+
+    def write_all(data: bytes | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            view = view[os.write(out_fd, view):]
+
+    raw = read_exact(8)
+    xml = raw and read_exact(struct.unpack("<q", raw)[0])
+    if xml is None:
+        return
+    try:
+        system = openmm.XmlSerializer.deserialize(xml.decode())
+        platform = openmm.Platform.getPlatformByName(platform_name)
+        context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform, props)
+        context.setPositions(np.zeros((system.getNumParticles(), 3)))
+        state = context.getState(getEnergy=True, getForces=True)
+        # The loop reads raw values (4 us/frame faster than value_in_unit); check their units once.
+        kj = openmm.unit.kilojoule_per_mole
+        if state.getPotentialEnergy().unit != kj or state.getForces(asNumpy=True).unit != kj / openmm.unit.nanometer:
+            raise RuntimeError("unexpected OpenMM state units")
+    except Exception as exc:  # report any start-up failure to the parent as text
+        message = f"{type(exc).__name__}: {exc}".encode()
+        write_all(struct.pack("<q", len(message)) + message)
+        return
+    n_atoms = system.getNumParticles()
+    write_all(struct.pack("<q", 0))
+    while True:
+        header = read_exact(16)
+        if header is None:
+            return
+        n, want_forces = struct.unpack("<qq", header)
+        data = read_exact(n * n_atoms * 24) if n >= 0 else None
+        if data is None:
+            return
+        frames = np.frombuffer(data, dtype=np.float64).reshape(n, n_atoms, 3)
+        energies = np.full(n, math.inf)
+        forces = np.zeros((n, n_atoms, 3)) if want_forces else None
+        for i in range(n):
+            try:
+                context.setPositions(frames[i])
+                state = context.getState(getEnergy=True, getForces=bool(want_forces))
+                energies[i] = state.getPotentialEnergy()._value
+                if want_forces:
+                    forces[i] = state.getForces(asNumpy=True)._value
+            except Exception:  # an OpenMM failure on one frame makes that frame +inf
+                energies[i] = math.inf
+        bad = ~np.isfinite(energies)
+        if want_forces:
+            bad |= ~np.isfinite(forces).all(axis=(1, 2))
+            forces[bad] = 0.0
+        energies[bad] = math.inf
+        write_all(energies.data)
+        if want_forces:
+            write_all(forces.data)
+
+
+class _WorkerDied(Exception):
+    """A worker's pipe broke (the process died or was killed)."""
+
+
+class _Worker:
+    """Parent-side handle of one worker process: Popen plus raw pipe fds."""
+
+    def __init__(self, xml: bytes, platform_name: str, props: dict[str, str]) -> None:
+        # PR_SET_PDEATHSIG fires when the creating *thread* exits, so only ask for it from the main thread.
+        main_thread = threading.current_thread() is threading.main_thread()
+        code = inspect.getsource(_worker_main) + "\n_worker_main()\n"
+        argv = [sys.executable, "-c", code, platform_name, json.dumps(props), str(os.getpid()), "01"[main_thread]]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True)
+        self.pid = self.proc.pid
+        self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        try:
+            self._write(struct.pack("<q", len(xml)) + xml)
+        except _WorkerDied:
+            pass  # wait_ready reports the failure
+
+    def wait_ready(self) -> None:
+        """Block until the worker has built its Context; Bgp4Error (worker killed) if it could not."""
+        try:
+            size = np.empty(1, dtype=np.int64)
+            self._readinto(size)
+            message = np.empty(int(size[0]), dtype=np.uint8)
+            self._readinto(message)
+        except _WorkerDied:
+            self.kill()
+            raise Bgp4Error(f"OpenMM energy worker failed to start (exit code {self.proc.returncode})") from None
+        if len(message):
+            self.kill()
+            raise Bgp4Error(f"OpenMM energy worker could not build its context: {message.tobytes().decode()}")
+
+    def send(self, frames: np.ndarray, want_forces: bool) -> None:
+        """Send (n, n_atoms, 3) float64 C-contiguous frames in nm."""
+        self._write(_HEADER.pack(len(frames), int(want_forces)))
+        self._write(frames.data)
+
+    def receive_into(self, energies: np.ndarray, forces: np.ndarray | None) -> None:
+        """Read one reply straight into contiguous float64 slices (kJ/mol, kJ/mol/nm)."""
+        self._readinto(energies)
+        if forces is not None:
+            self._readinto(forces)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        try:
+            while len(view):
+                view = view[os.write(self.in_fd, view):]
+        except OSError:  # BrokenPipeError, or the fd already closed
+            raise _WorkerDied from None
+
+    def _readinto(self, array: np.ndarray) -> None:
+        view, got = memoryview(array).cast("B"), 0
+        while got < len(view):
+            k = os.readv(self.out_fd, [view[got:]])
+            if k == 0:
+                raise _WorkerDied
+            got += k
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Close the request pipe (the worker exits on EOF) and reap it; kill it if it lingers."""
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def kill(self) -> int:
+        """SIGKILL (if still running), reap, close the pipes; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        return self.proc.wait()
+
+
+class _Pool:
+    """Worker slots, dynamic chunk scheduling, replacement of dead workers (one retry per chunk)."""
+
+    def __init__(self, xml: bytes, platform_name: str, props: dict[str, str], n_workers: int) -> None:
+        self.spec = (xml, platform_name, props)
+        self.slots: list[_Worker | None] = [None] * n_workers
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def start(self, slots: list[int]) -> None:
+        """Start workers in the empty `slots`, all at once, and wait until each is ready."""
+        fresh = {i: _Worker(*self.spec) for i in slots if self.slots[i] is None}
+        try:
+            for worker in fresh.values():
+                worker.wait_ready()
+        except BaseException:
+            for worker in fresh.values():
+                worker.kill()
+            raise
+        for i, worker in fresh.items():
+            self.slots[i] = worker
+
+    def run(self, frames: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(n, n_atoms, 3) float64 nm -> energies (n,) kJ/mol and forces (n, n_atoms, 3) kJ/mol/nm or None."""
+        with self.lock:
+            if self.closed:
+                raise Bgp4Error("OpenMMEnergy is closed")
+            return self._run(frames, want_forces)
+
+    def _run(self, frames: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        n, n_slots = len(frames), len(self.slots)
+        energies = np.empty(n)
+        forces = np.empty(frames.shape) if want_forces else None
+        # Several chunks per worker balance the load when other programs share the cores; >= 256
+        # frames per chunk keeps the round trip (tens of us) under 1 % of the compute.
+        size = max(1, min(-(-n // n_slots), max(256, -(-n // (8 * n_slots)))))
+        pending = deque((a, min(a + size, n)) for a in range(0, n, size))
+        retried: set[tuple[int, int]] = set()
+        busy: dict[int, tuple[int, int]] = {}  # slot -> chunk in flight (one at a time: no pipe deadlock)
+        try:
+            while pending or busy:
+                idle = [i for i in range(n_slots) if i not in busy][: len(pending)]
+                self.start(idle)
+                for i in idle:
+                    busy[i] = pending.popleft()
+                    try:
+                        self.slots[i].send(frames[busy[i][0]:busy[i][1]], want_forces)
+                    except _WorkerDied:
+                        self._failed(i, busy.pop(i), pending, retried)
+                by_fd = {self.slots[i].out_fd: i for i in busy}
+                for fd in select.select(list(by_fd), [], [])[0] if by_fd else []:
+                    i = by_fd[fd]
+                    a, b = busy.pop(i)
+                    try:
+                        self.slots[i].receive_into(energies[a:b], forces[a:b] if want_forces else None)
+                    except _WorkerDied:
+                        self._failed(i, (a, b), pending, retried)
+        except BaseException:
+            # Interrupted (e.g. Ctrl-C) or failed: replies still in flight would desynchronize
+            # the pipes, so busy workers are killed; empty slots restart on the next call.
+            for i in busy:
+                self._discard(i)
+            raise
+        return energies, forces
+
+    def _failed(self, slot: int, chunk: tuple[int, int], pending: deque, retried: set) -> None:
+        exit_code = self._discard(slot)
+        if chunk in retried:
+            raise Bgp4Error(f"OpenMM energy worker died twice on frames {chunk[0]}:{chunk[1]} (exit code {exit_code})")
+        retried.add(chunk)
+        pending.appendleft(chunk)
+
+    def _discard(self, slot: int) -> int | None:
+        worker, self.slots[slot] = self.slots[slot], None
+        return None if worker is None else worker.kill()
+
+    def close(self) -> None:
+        """Stop all workers (idempotent); safe to call from a finalizer at interpreter exit."""
+        self.closed = True
+        workers, self.slots = [w for w in self.slots if w is not None], [None] * len(self.slots)
+        for worker in workers:
+            worker.proc.stdin.close()  # every EOF first, so the workers exit in parallel
+        for worker in workers:
+            worker.stop()
+
+
+class _ReducedEnergy(torch.autograd.Function):
+    """u(x) in kT with du/dx = -F/kT from OpenMM forces (no finite differences)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, bridge: OpenMMEnergy) -> torch.Tensor:
+        frames = x.detach().to("cpu", torch.float64).numpy()
+        want_forces = bool(ctx.needs_input_grad[0])
+        u, forces = bridge._reduced(frames, want_forces)
+        if want_forces:
+            du_dx = torch.from_numpy(-forces).reshape(x.shape).to(x.device, x.dtype)
+            ctx.save_for_backward(du_dx, torch.from_numpy(np.isfinite(u)).to(x.device))
+        return torch.from_numpy(u).to(x.device, x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_u: torch.Tensor) -> tuple[torch.Tensor, None]:
+        du_dx, valid = ctx.saved_tensors
+        # Invalid samples carry zero force; zeroing grad_u too keeps an inf/NaN upstream gradient out.
+        grad_u = torch.where(valid, grad_u, torch.zeros_like(grad_u))
+        return grad_u.reshape((-1,) + (1,) * (du_dx.dim() - 1)) * du_dx, None
+
+
+class OpenMMEnergy:
+    """Batched OpenMM energies and forces of one system at one temperature, in worker processes.
+
+    Args:
+        system: an `openmm.System` or its XML serialization.
+        temperature: in K; energies are reduced by kT = k_B T (kJ/mol).
+        n_workers: worker processes (default `os.cpu_count()`); always 1 on CUDA/OpenCL.
+        platform: OpenMM platform name as for `bgp4.platform.get_platform` ("auto" -> Reference).
+
+    Use as a context manager or call `close()`; leftover workers are also stopped when the object
+    is collected, at interpreter exit, and (on Linux) when the parent dies.
+    """
+
+    def __init__(self, system: openmm.System | str, temperature: float, n_workers: int | None = None,
+                 platform: str = "auto") -> None:
+        if isinstance(system, openmm.System):
+            xml = openmm.XmlSerializer.serialize(system)
+        elif isinstance(system, str):
+            xml = system
+            try:
+                system = openmm.XmlSerializer.deserialize(xml)
+            except Exception as exc:
+                raise InputError(f"system XML could not be read by OpenMM: {exc}") from None
+        else:
+            raise InputError(f"system must be an openmm.System or its XML string, got {type(system).__name__}")
+        temperature = float(temperature)
+        if not (np.isfinite(temperature) and temperature > 0):
+            raise InputError(f"temperature must be a positive number of K, got {temperature}")
+        platform_obj, props = get_platform(platform)
+        self.platform = platform_obj.getName()
+        if self.platform in _GPU_PLATFORMS:
+            n_workers = 1  # one context owns the device; more would only contend for it
+        n_workers = (os.cpu_count() or 1) if n_workers is None else n_workers
+        if not isinstance(n_workers, (int, np.integer)) or isinstance(n_workers, bool) or n_workers < 1:
+            raise InputError(f"n_workers must be a positive integer, got {n_workers!r}")
+        self.temperature: float = temperature
+        self.kT: float = thermal_energy(temperature)  # kJ/mol
+        self.n_atoms: int = system.getNumParticles()
+        self.n_workers: int = int(n_workers)
+        self.n_nonfinite: int = 0
+        self.last_nonfinite: int = 0
+        self._pool = _Pool(xml.encode(), self.platform, props, self.n_workers)
+        self._finalizer = weakref.finalize(self, self._pool.close)  # at collection and at exit
+        self._pool.start(list(range(self.n_workers)))
+
+    # -- numpy level ---------------------------------------------------------------------
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        n = self.n_atoms
+        if not (len(shape) == 2 and shape[1] == 3 * n or len(shape) == 3 and tuple(shape[1:]) == (n, 3)):
+            raise InputError(f"positions must have shape (B, {3 * n}) or (B, {n}, 3), got {tuple(shape)}")
+
+    def _frames(self, x: np.ndarray) -> np.ndarray:
+        """(B, 3 n_atoms) or (B, n_atoms, 3) -> C-contiguous float64 (B, n_atoms, 3) nm."""
+        x = np.asarray(x)
+        self._check_shape(x.shape)
+        if not np.issubdtype(x.dtype, np.floating):
+            raise InputError(f"positions must be floating point (nm), got dtype {x.dtype}")
+        return np.ascontiguousarray(x, dtype=np.float64).reshape(len(x), self.n_atoms, 3)
+
+    def _evaluate(self, x: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Energies (B,) kJ/mol (+inf where invalid) and forces (B, n_atoms, 3) kJ/mol/nm (0 there)."""
+        frames = self._frames(x)
+        energies = np.full(len(frames), np.inf)
+        forces = np.zeros(frames.shape) if want_forces else None
+        ok = np.isfinite(frames).all(axis=(1, 2))
+        ok[ok] = np.abs(frames[ok]).max(axis=(1, 2)) <= MAX_ABS_COORDINATE_NM
+        if ok.any():
+            sent = frames if ok.all() else np.ascontiguousarray(frames[ok])
+            e, f = self._pool.run(sent, want_forces)
+            energies[ok] = e
+            if want_forces:
+                forces[ok] = f
+        self.last_nonfinite = int(np.count_nonzero(~np.isfinite(energies)))
+        self.n_nonfinite += self.last_nonfinite
+        return energies, forces
+
+    def _reduced(self, x: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        energies, forces = self._evaluate(x, want_forces)
+        return energies / self.kT, (forces / self.kT if want_forces else None)
+
+    def energies_kjmol(self, x: np.ndarray) -> np.ndarray:
+        """Potential energies (B,) in kJ/mol of frames (B, 3 n_atoms) or (B, n_atoms, 3) in nm; +inf where invalid."""
+        return self._evaluate(x, want_forces=False)[0]
+
+    def energy_and_forces_kjmol(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Energies (B,) in kJ/mol and forces (B, n_atoms, 3) in kJ/mol/nm of frames in nm."""
+        return self._evaluate(x, want_forces=True)
+
+    def energy_and_forces(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Reduced energies (B,) in kT and forces (B, n_atoms, 3) in kT/nm of frames in nm."""
+        return self._reduced(x, want_forces=True)
+
+    # -- torch level ---------------------------------------------------------------------
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        """Reduced energies u = U/kT, shape (B,), of x (B, 3 n_atoms) or (B, n_atoms, 3) in nm.
+
+        Same device and dtype as x; differentiable (du/dx = -F/kT in 1/nm); +inf where invalid.
+        """
+        if not isinstance(x, torch.Tensor):
+            raise InputError(f"energy() takes a torch tensor, got {type(x).__name__}; use energies_kjmol for numpy")
+        if not x.is_floating_point():
+            raise InputError(f"positions must be floating point (nm), got dtype {x.dtype}")
+        self._check_shape(tuple(x.shape))
+        return _ReducedEnergy.apply(x, self)
+
+    __call__ = energy
+
+    def regularized(self, x: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
+        """`regularize_energy(self.energy(x), high, max)`: reduced energies (B,) in kT, safe for losses."""
+        return regularize_energy(self.energy(x), high=high, max=max)
+
+    # -- lifetime ------------------------------------------------------------------------
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the running workers."""
+        return [w.pid for w in self._pool.slots if w is not None]
+
+    def close(self) -> None:
+        """Stop the workers; further evaluations raise Bgp4Error."""
+        self._finalizer()
+
+    def __enter__(self) -> OpenMMEnergy:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"OpenMMEnergy(n_atoms={self.n_atoms}, temperature={self.temperature} K, "
+                f"platform={self.platform}, n_workers={self.n_workers})")
