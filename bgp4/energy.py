@@ -12,6 +12,8 @@ per-frame loop runs entirely inside the worker.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import inspect
 import json
 import os
@@ -60,13 +62,7 @@ def _worker_main() -> None:
     (-1 quits), int64 want_forces, n*n_atoms*3 float64 nm; reply: n float64 energies (kJ/mol,
     +inf where the result is not finite), then if asked n*n_atoms*3 float64 forces (kJ/mol/nm).
     """
-    import ctypes
-    import json
-    import math
-    import os
-    import signal
-    import struct
-    import sys
+    import ctypes, json, math, os, signal, struct, sys  # noqa: E401 (kept short: this runs as a script)
 
     import numpy as np
     import openmm
@@ -83,10 +79,9 @@ def _worker_main() -> None:
     os.dup2(2, 1)
 
     def read_exact(n: int) -> bytearray | None:
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
+        buf, got = bytearray(n), 0
         while got < n:
-            k = os.readv(in_fd, [view[got:]])
+            k = os.readv(in_fd, [memoryview(buf)[got:]])
             if k == 0:
                 return None
             got += k
@@ -97,9 +92,7 @@ def _worker_main() -> None:
         while len(view):
             view = view[os.write(out_fd, view):]
 
-    raw = read_exact(8)
-    xml = raw and read_exact(struct.unpack("<q", raw)[0])
-    if xml is None:
+    if (raw := read_exact(8)) is None or (xml := read_exact(struct.unpack("<q", raw)[0])) is None:
         return
     try:
         system = openmm.XmlSerializer.deserialize(xml.decode())
@@ -117,13 +110,9 @@ def _worker_main() -> None:
         return
     n_atoms = system.getNumParticles()
     write_all(struct.pack("<q", 0))
-    while True:
-        header = read_exact(16)
-        if header is None:
-            return
+    while (header := read_exact(16)) is not None:
         n, want_forces = struct.unpack("<qq", header)
-        data = read_exact(n * n_atoms * 24) if n >= 0 else None
-        if data is None:
+        if n < 0 or (data := read_exact(n * n_atoms * 24)) is None:
             return
         frames = np.frombuffer(data, dtype=np.float64).reshape(n, n_atoms, 3)
         energies = np.full(n, math.inf)
@@ -162,6 +151,9 @@ class _Worker:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True)
         self.pid = self.proc.pid
         self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        for fd in (self.in_fd, self.out_fd):  # 1 MiB pipes: a chunk crosses in one write, not 64 KiB steps
+            with contextlib.suppress(OSError, AttributeError):
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
         try:
             self._write(struct.pack("<q", len(xml)) + xml)
         except _WorkerDied:
@@ -179,7 +171,7 @@ class _Worker:
             raise Bgp4Error(f"OpenMM energy worker failed to start (exit code {self.proc.returncode})") from None
         if len(message):
             self.kill()
-            raise Bgp4Error(f"OpenMM energy worker could not build its context: {message.tobytes().decode()}")
+            raise Bgp4Error(f"OpenMM energy worker could not build its context: {message.tobytes().decode(errors='replace')}")
 
     def send(self, frames: np.ndarray, want_forces: bool) -> None:
         """Send (n, n_atoms, 3) float64 C-contiguous frames in nm."""
@@ -207,15 +199,6 @@ class _Worker:
             if k == 0:
                 raise _WorkerDied
             got += k
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Close the request pipe (the worker exits on EOF) and reap it; kill it if it lingers."""
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
 
     def kill(self) -> int:
         """SIGKILL (if still running), reap, close the pipes; returns the exit code."""
@@ -259,18 +242,25 @@ class _Pool:
         n, n_slots = len(frames), len(self.slots)
         energies = np.empty(n)
         forces = np.empty(frames.shape) if want_forces else None
-        # Several chunks per worker balance the load when other programs share the cores; >= 256
-        # frames per chunk keeps the round trip (tens of us) under 1 % of the compute.
-        size = max(1, min(-(-n // n_slots), max(256, -(-n // (8 * n_slots)))))
-        pending = deque((a, min(a + size, n)) for a in range(0, n, size))
+        # Guided scheduling: chunks shrink as the batch drains (to >= 64 frames, a few ms), so a
+        # worker slowed by other programs never leaves the other waiting long; small batches are
+        # split evenly. Retried chunks go first.
+        pending: deque[tuple[int, int]] = deque()
         retried: set[tuple[int, int]] = set()
         busy: dict[int, tuple[int, int]] = {}  # slot -> chunk in flight (one at a time: no pipe deadlock)
+        cut = 0  # frames [0, cut) have been handed out
         try:
-            while pending or busy:
-                idle = [i for i in range(n_slots) if i not in busy][: len(pending)]
+            while pending or cut < n or busy:
+                idle = [i for i in range(n_slots) if i not in busy]
                 self.start(idle)
                 for i in idle:
-                    busy[i] = pending.popleft()
+                    if pending:
+                        busy[i] = pending.popleft()
+                    elif cut < n:
+                        size = -(-n // n_slots) if n <= 128 * n_slots else max(64, -(-(n - cut) // (2 * n_slots)))
+                        busy[i], cut = (cut, min(cut + size, n)), min(cut + size, n)
+                    else:
+                        break
                     try:
                         self.slots[i].send(frames[busy[i][0]:busy[i][1]], want_forces)
                     except _WorkerDied:
@@ -307,31 +297,49 @@ class _Pool:
         self.closed = True
         workers, self.slots = [w for w in self.slots if w is not None], [None] * len(self.slots)
         for worker in workers:
-            worker.proc.stdin.close()  # every EOF first, so the workers exit in parallel
+            worker.proc.stdin.close()  # the worker exits on EOF; all EOFs first, so they exit in parallel
         for worker in workers:
-            worker.stop()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.proc.wait(2.0)
+            worker.kill()  # reaps it, and kills one that lingers
+
+
+def _to_numpy(x: torch.Tensor) -> np.ndarray:
+    x = x.detach().cpu()
+    return (x if x.dtype in (torch.float32, torch.float64) else x.double()).numpy()
+
+
+def _to_torch(a: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """float64 numpy -> tensor of `dtype` on `device` (the dtype conversion done by numpy)."""
+    np_dtype = {torch.float32: np.float32, torch.float64: np.float64}.get(dtype)
+    t = torch.from_numpy(a.astype(np_dtype, copy=False)) if np_dtype else torch.from_numpy(a).to(dtype)
+    return t.to(device)
 
 
 class _ReducedEnergy(torch.autograd.Function):
-    """u(x) in kT with du/dx = -F/kT from OpenMM forces (no finite differences)."""
+    """u(x) in kT with du/dx = -F/kT from OpenMM forces (no finite differences).
+
+    The arithmetic runs in numpy: torch's threaded element-wise kernels take milliseconds on
+    these small arrays here (thread wake-up), numpy microseconds.
+    """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, bridge: OpenMMEnergy) -> torch.Tensor:
-        frames = x.detach().to("cpu", torch.float64).numpy()
         want_forces = bool(ctx.needs_input_grad[0])
-        u, forces = bridge._reduced(frames, want_forces)
+        u, forces = bridge._reduced(_to_numpy(x), want_forces)
         if want_forces:
-            du_dx = torch.from_numpy(-forces).reshape(x.shape).to(x.device, x.dtype)
-            ctx.save_for_backward(du_dx, torch.from_numpy(np.isfinite(u)).to(x.device))
-        return torch.from_numpy(u).to(x.device, x.dtype)
+            ctx.du_dx = np.negative(forces, out=forces).reshape(len(u), -1)  # (B, 3 n_atoms) in kT/nm
+            ctx.valid, ctx.x_meta = np.isfinite(u), (x.shape, x.dtype, x.device)
+        return _to_torch(u, x.dtype, x.device)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_u: torch.Tensor) -> tuple[torch.Tensor, None]:
-        du_dx, valid = ctx.saved_tensors
-        # Invalid samples carry zero force; zeroing grad_u too keeps an inf/NaN upstream gradient out.
-        grad_u = torch.where(valid, grad_u, torch.zeros_like(grad_u))
-        return grad_u.reshape((-1,) + (1,) * (du_dx.dim() - 1)) * du_dx, None
+        g = _to_numpy(grad_u).astype(np.float64, copy=False)
+        # Invalid samples carry zero force; zeroing g there too keeps an inf/NaN upstream gradient out.
+        g = np.where(ctx.valid, g, 0.0)
+        shape, dtype, device = ctx.x_meta
+        return _to_torch(g[:, None] * ctx.du_dx, dtype, device).reshape(shape), None
 
 
 class OpenMMEnergy:
@@ -379,40 +387,46 @@ class OpenMMEnergy:
         self._finalizer = weakref.finalize(self, self._pool.close)  # at collection and at exit
         self._pool.start(list(range(self.n_workers)))
 
-    # -- numpy level ---------------------------------------------------------------------
-    def _check_shape(self, shape: tuple[int, ...]) -> None:
+    def _check(self, shape: tuple[int, ...], floating: bool) -> None:
         n = self.n_atoms
         if not (len(shape) == 2 and shape[1] == 3 * n or len(shape) == 3 and tuple(shape[1:]) == (n, 3)):
             raise InputError(f"positions must have shape (B, {3 * n}) or (B, {n}, 3), got {tuple(shape)}")
+        if not floating:
+            raise InputError("positions must be floating point numbers (nm)")
 
     def _frames(self, x: np.ndarray) -> np.ndarray:
         """(B, 3 n_atoms) or (B, n_atoms, 3) -> C-contiguous float64 (B, n_atoms, 3) nm."""
         x = np.asarray(x)
-        self._check_shape(x.shape)
-        if not np.issubdtype(x.dtype, np.floating):
-            raise InputError(f"positions must be floating point (nm), got dtype {x.dtype}")
+        self._check(x.shape, np.issubdtype(x.dtype, np.floating))
         return np.ascontiguousarray(x, dtype=np.float64).reshape(len(x), self.n_atoms, 3)
 
     def _evaluate(self, x: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """Energies (B,) kJ/mol (+inf where invalid) and forces (B, n_atoms, 3) kJ/mol/nm (0 there)."""
+        if self._pool.closed:
+            raise Bgp4Error("OpenMMEnergy is closed")
         frames = self._frames(x)
-        energies = np.full(len(frames), np.inf)
-        forces = np.zeros(frames.shape) if want_forces else None
-        ok = np.isfinite(frames).all(axis=(1, 2))
-        ok[ok] = np.abs(frames[ok]).max(axis=(1, 2)) <= MAX_ABS_COORDINATE_NM
-        if ok.any():
-            sent = frames if ok.all() else np.ascontiguousarray(frames[ok])
-            e, f = self._pool.run(sent, want_forces)
-            energies[ok] = e
-            if want_forces:
-                forces[ok] = f
+        # One pass: NaN propagates through max and fails the comparison, as does inf.
+        ok = np.abs(frames).max(axis=(1, 2), initial=0.0) <= MAX_ABS_COORDINATE_NM
+        if ok.all():  # the common case: results land in the returned arrays without copies
+            energies, forces = self._pool.run(frames, want_forces)
+        else:
+            energies = np.full(len(frames), np.inf)
+            forces = np.zeros(frames.shape) if want_forces else None
+            if ok.any():
+                e, f = self._pool.run(np.ascontiguousarray(frames[ok]), want_forces)
+                energies[ok] = e
+                if want_forces:
+                    forces[ok] = f
         self.last_nonfinite = int(np.count_nonzero(~np.isfinite(energies)))
         self.n_nonfinite += self.last_nonfinite
         return energies, forces
 
     def _reduced(self, x: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
         energies, forces = self._evaluate(x, want_forces)
-        return energies / self.kT, (forces / self.kT if want_forces else None)
+        energies /= self.kT  # in place: these arrays are ours
+        if want_forces:
+            forces /= self.kT
+        return energies, forces
 
     def energies_kjmol(self, x: np.ndarray) -> np.ndarray:
         """Potential energies (B,) in kJ/mol of frames (B, 3 n_atoms) or (B, n_atoms, 3) in nm; +inf where invalid."""
@@ -426,7 +440,6 @@ class OpenMMEnergy:
         """Reduced energies (B,) in kT and forces (B, n_atoms, 3) in kT/nm of frames in nm."""
         return self._reduced(x, want_forces=True)
 
-    # -- torch level ---------------------------------------------------------------------
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         """Reduced energies u = U/kT, shape (B,), of x (B, 3 n_atoms) or (B, n_atoms, 3) in nm.
 
@@ -434,9 +447,7 @@ class OpenMMEnergy:
         """
         if not isinstance(x, torch.Tensor):
             raise InputError(f"energy() takes a torch tensor, got {type(x).__name__}; use energies_kjmol for numpy")
-        if not x.is_floating_point():
-            raise InputError(f"positions must be floating point (nm), got dtype {x.dtype}")
-        self._check_shape(tuple(x.shape))
+        self._check(tuple(x.shape), x.is_floating_point())
         return _ReducedEnergy.apply(x, self)
 
     __call__ = energy
@@ -445,7 +456,6 @@ class OpenMMEnergy:
         """`regularize_energy(self.energy(x), high, max)`: reduced energies (B,) in kT, safe for losses."""
         return regularize_energy(self.energy(x), high=high, max=max)
 
-    # -- lifetime ------------------------------------------------------------------------
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of the running workers."""
