@@ -1,0 +1,362 @@
+"""Mixed coordinate transform (Noe et al. 2019): Cartesian positions <-> flow coordinates.
+
+Atoms of the z-matrix are described by normalized bonds, angles and torsions; the rigid block
+stays Cartesian, superposed onto a reference by a float64 Kabsch fit and PCA-whitened, keeping
+3 * len(rigid_block) - 6 directions (the 6 dropped ones are exactly global translation and
+rotation: after a Kabsch fit the block obeys 6 linear constraints, sum_i y_i = 0 and
+sum_i y_i x ref_i = 0, so no internal motion is lost).
+
+Flow coordinates, (batch, n_dims), in this order: free bonds, angles, torsions, rigid-block PCA.
+    bond  r   = bond_mean + bond_std * y            (nm)
+    angle a   = angle_mean + angle_std * y          (rad, domain (0, pi))
+    torsion t = torsion_mean + torsion_std * y      (rad, domain [cut, cut + 2 pi): the branch cut
+                sits in the least populated histogram bin of the training data)
+With `fix_constrained` the constrained X-H bonds are fixed at their constraint lengths.
+
+Directions follow the generator (z -> x): `forward` / `to_cartesian` map flow coordinates to
+positions, `inverse` / `from_cartesian` map positions to flow coordinates. log|det J| of the
+n_dims -> 3 n_atoms map is sum over placed atoms of log(r^2 sin a) + sum log(std) (normalizations
+and PCA whitening); it equals log sqrt(det J^T J) of the embedding (tests check it by autograd).
+With fixed bonds it is the density w.r.t. the Cartesian volume with the fixed bonds' delta
+functions integrated out in bond-length coordinates.
+
+Internally everything is computed in float64; outputs come back in the input's dtype.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from bgp4.errors import InputError
+
+__all__ = ["MixedCoordinateTransform"]
+
+_F64 = torch.float64
+TWO_PI = 2.0 * math.pi
+
+
+def _frames(x: torch.Tensor | np.ndarray, n_atoms: int) -> torch.Tensor:
+    """(batch, n_atoms, 3) view of x given as (batch, 3 n_atoms) or (batch, n_atoms, 3)."""
+    x = torch.as_tensor(x)
+    if x.ndim == 2 and x.shape[1] == 3 * n_atoms:
+        return x.view(x.shape[0], n_atoms, 3)
+    if x.ndim == 3 and tuple(x.shape[1:]) == (n_atoms, 3):
+        return x
+    raise InputError(f"positions must be (batch, {n_atoms}, 3) or (batch, {3 * n_atoms}) in nm, got {tuple(x.shape)}")
+
+
+def _angle(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Angle a-b-c in rad (vertex b) of (..., 3) positions; atan2 form, accurate near 0 and pi."""
+    u, v = a - b, c - b
+    return torch.atan2(torch.linalg.cross(u, v).norm(dim=-1), (u * v).sum(-1))
+
+
+def _dihedral(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Torsion a-b-c-d in rad, (-pi, pi], IUPAC sign (as mdtraj.compute_dihedrals)."""
+    b1, b2, b3 = b - a, c - b, d - c
+    n1, n2 = torch.linalg.cross(b1, b2), torch.linalg.cross(b2, b3)
+    y = b2.norm(dim=-1) * (b1 * n2).sum(-1)
+    return torch.atan2(y, (n1 * n2).sum(-1))
+
+
+def _place(a, b, c, r, theta, phi) -> torch.Tensor:
+    """Position d with |d - c| = r, angle b-c-d = theta, torsion a-b-c-d = phi (NeRF)."""
+    bc = c - b
+    bc = bc / bc.norm(dim=-1, keepdim=True)
+    n = torch.linalg.cross(b - a, bc)
+    n = n / n.norm(dim=-1, keepdim=True)
+    m = torch.linalg.cross(n, bc)
+    rs = r * torch.sin(theta)
+    d = (-r * torch.cos(theta)).unsqueeze(-1) * bc + (rs * torch.cos(phi)).unsqueeze(-1) * m
+    return c + d + (rs * torch.sin(phi)).unsqueeze(-1) * n
+
+
+def _kabsch(p: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Centroids (B, 1, 3) and rotations Rt (B, 3, 3) with (p - centroid) @ Rt ~ ref (centered).
+
+    Float64 SVD; the rotation is treated as a constant by autograd (it is chosen, not learned).
+    """
+    centroid = p.mean(dim=1, keepdim=True)
+    with torch.no_grad():
+        h = (p - centroid).transpose(1, 2) @ ref
+        u, _, vh = torch.linalg.svd(h)
+        d = torch.sign(torch.linalg.det(u @ vh))
+        flip = torch.ones_like(u[:, 0, :])
+        flip[:, 2] = d  # avoid reflections: det(R) = +1
+        rt = (u * flip.unsqueeze(1)) @ vh
+    return centroid, rt
+
+
+class MixedCoordinateTransform(nn.Module):
+    """Bijection between flow coordinates (batch, n_dims) and positions (batch, n_atoms, 3) nm.
+
+    Build with `MixedCoordinateTransform.fit(frames, molecule)`; the plain constructor makes an
+    unfitted shell with the same buffers, for `load_state_dict`. Args of the shell:
+        z_matrix: (n_ic, 4) rows [atom, bond, angle, torsion partner] in placement order.
+        rigid_block: atoms kept Cartesian.  n_atoms: atoms in the molecule.
+        fixed_rows: z-matrix rows whose bond is fixed (not a flow coordinate).
+        n_rigid_dims: PCA directions kept (default 3 * len(rigid_block) - 6).
+    """
+
+    def __init__(
+        self,
+        z_matrix: Sequence[Sequence[int]] | np.ndarray,
+        rigid_block: Sequence[int] | np.ndarray,
+        n_atoms: int,
+        fixed_rows: Sequence[int] = (),
+        n_rigid_dims: Optional[int] = None,
+    ):
+        super().__init__()
+        zm = np.asarray(z_matrix, dtype=np.int64).reshape(-1, 4)
+        rb = np.asarray(rigid_block, dtype=np.int64).ravel()
+        n_ic, n_rb = len(zm), len(rb)
+        if sorted(zm[:, 0].tolist() + rb.tolist()) != list(range(n_atoms)):
+            raise InputError("z-matrix atoms and rigid block must cover every atom exactly once")
+        fixed = sorted({int(i) for i in fixed_rows})
+        if any(not 0 <= i < n_ic for i in fixed):
+            raise InputError(f"fixed_rows must index z-matrix rows 0..{n_ic - 1}, got {fixed}")
+        k = 3 * n_rb - 6 if n_rigid_dims is None else int(n_rigid_dims)
+        if not 1 <= k <= 3 * n_rb:
+            raise InputError(f"n_rigid_dims must be in 1..{3 * n_rb}, got {k}")
+        self.z_matrix, self.rigid_block, self.n_atoms = zm.tolist(), rb.tolist(), int(n_atoms)
+        self.fixed_rows, self.n_rigid_dims, self.n_ic = fixed, k, n_ic
+        free = [i for i in range(n_ic) if i not in fixed]
+        self.n_free_bonds = len(free)
+        self.n_dims = len(free) + 2 * n_ic + k
+
+        def buf(name: str, *shape: int) -> None:
+            self.register_buffer(name, torch.zeros(shape, dtype=_F64))
+
+        buf("bond_mean", len(free)); buf("bond_std", len(free)); buf("fixed_bond_length", len(fixed))
+        buf("angle_mean", n_ic); buf("angle_std", n_ic)
+        buf("torsion_mean", n_ic); buf("torsion_std", n_ic); buf("torsion_cut", n_ic)
+        buf("rigid_ref", n_rb, 3); buf("rigid_mean", 3 * n_rb)
+        buf("pca_vectors", 3 * n_rb, k); buf("pca_std", k); buf("pca_eigenvalues", 3 * n_rb)
+        buf("fit_max_rmsd")
+
+        def idx(name: str, values) -> None:
+            self.register_buffer(name, torch.as_tensor(np.asarray(values, dtype=np.int64)), persistent=False)
+
+        idx("_ic_cols", zm.T)  # (4, n_ic): atom, bond, angle, torsion partner
+        idx("_rigid_idx", rb)
+        idx("_free_rows", free)
+        # Column of [free bonds | fixed bonds] that holds row i's bond.
+        idx("_bond_gather", [free.index(i) if i in free else len(free) + fixed.index(i) for i in range(n_ic)])
+        # Placement levels: rows whose references all exist, placed together.
+        placed, remaining, self._levels = set(rb.tolist()), list(range(n_ic)), []
+        while remaining:
+            level = [i for i in remaining if set(zm[i, 1:].tolist()) <= placed]
+            if not level:
+                raise InputError("z-matrix references atoms that are never placed")
+            placed |= {int(zm[i, 0]) for i in level}
+            remaining = [i for i in remaining if i not in level]
+            idx(f"_level{len(self._levels)}", level)
+            self._levels.append(f"_level{len(self._levels)}")
+
+    # ------------------------------------------------------------------ structure and fitting
+    def structure(self) -> dict:
+        """Constructor arguments of an equivalent shell (JSON-friendly)."""
+        return {"z_matrix": self.z_matrix, "rigid_block": self.rigid_block, "n_atoms": self.n_atoms,
+                "fixed_rows": self.fixed_rows, "n_rigid_dims": self.n_rigid_dims}
+
+    @classmethod
+    def shell(cls, molecule, fix_constrained: bool = False,
+              n_rigid_dims: Optional[int] = None) -> "MixedCoordinateTransform":
+        """Unfitted transform for `molecule` (its z-matrix, rigid block and, optionally, constraints)."""
+        return cls._for_molecule(molecule, fix_constrained, n_rigid_dims)[0]
+
+    @classmethod
+    def _for_molecule(cls, molecule, fix_constrained: bool, n_rigid_dims: Optional[int]):
+        from bgp4.molecule import constrained_bonds
+
+        lengths = constrained_bonds(molecule) if fix_constrained else {}
+        zm = np.asarray(molecule.z_matrix).tolist()
+        fixed = [i for i, row in enumerate(zm) if (min(row[:2]), max(row[:2])) in lengths]
+        return cls(zm, molecule.rigid_block, molecule.n_atoms, fixed, n_rigid_dims), lengths
+
+    @classmethod
+    def fit(cls, frames: torch.Tensor | np.ndarray, molecule, fix_constrained: bool = False,
+            n_rigid_dims: Optional[int] = None, min_std: float = 1e-4, torsion_bins: int = 36,
+            max_rmsd: float = 0.05) -> "MixedCoordinateTransform":
+        """Fit normalizations, branch cuts, reference and PCA on training frames (n, n_atoms, 3) nm.
+
+        min_std floors every standard deviation (nm or rad): constrained bonds are constant up to
+        the constraint tolerance and float32 rounding. Raises InputError when a frame's rigid
+        block stays more than max_rmsd nm from the reference after superposition.
+        """
+        t, lengths = cls._for_molecule(molecule, fix_constrained, n_rigid_dims)
+        zm, fixed = np.asarray(t.z_matrix), t.fixed_rows
+        x = _frames(frames, t.n_atoms).to(_F64).detach()
+        if x.shape[0] < 3 * len(t.rigid_block) + 1 or not torch.isfinite(x).all():
+            raise InputError(f"fitting needs more than {3 * len(t.rigid_block)} finite frames, got {x.shape[0]}")
+        r, a, tor = t.internal_coordinates(x)
+        with torch.no_grad():
+            free = t._free_rows
+            if fixed:
+                t.fixed_bond_length.copy_(torch.tensor([lengths[(min(zm[i, :2]), max(zm[i, :2]))] for i in fixed], dtype=_F64))
+                off = (r[:, fixed] - t.fixed_bond_length).abs().max().item()
+                if off > 1e-3:
+                    raise InputError(f"data break the bond constraints by {off:.2g} nm; fit without fix_constrained")
+            t.bond_mean.copy_(r[:, free].mean(0)); t.bond_std.copy_(r[:, free].std(0).clamp_min(min_std))
+            t.angle_mean.copy_(a.mean(0)); t.angle_std.copy_(a.std(0).clamp_min(min_std))
+            t.torsion_cut.copy_(_sparsest_cut(tor, torsion_bins))
+            unwrapped = t.torsion_cut + torch.remainder(tor - t.torsion_cut, TWO_PI)
+            t.torsion_mean.copy_(unwrapped.mean(0)); t.torsion_std.copy_(unwrapped.std(0).clamp_min(min_std))
+            t._fit_rigid(x[:, t._rigid_idx], max_rmsd)
+        return t
+
+    def _fit_rigid(self, block: torch.Tensor, max_rmsd: float, iterations: int = 3) -> None:
+        """Reference = mean of the superposed blocks (iterated); PCA of the superposed blocks."""
+        ref = block[0] - block[0].mean(0)
+        for _ in range(iterations):
+            c, rt = _kabsch(block, ref)
+            ref = ((block - c) @ rt).mean(0)
+            ref = ref - ref.mean(0)
+        self.rigid_ref.copy_(ref)
+        aligned = self._align_block(block)
+        rmsd = (aligned - ref).square().sum(-1).mean(-1).sqrt()
+        self.fit_max_rmsd.copy_(rmsd.max())
+        if rmsd.max() > max_rmsd:
+            raise InputError(f"rigid block of a training frame is {rmsd.max():.3f} nm RMSD from the reference "
+                             f"after superposition (limit {max_rmsd} nm): frames are not of this molecule")
+        flat = aligned.reshape(len(aligned), -1)
+        mean = flat.mean(0)
+        evals, evecs = torch.linalg.eigh(torch.cov((flat - mean).T))
+        evals, evecs = evals.flip(0), evecs.flip(1)  # descending variance
+        evecs = evecs * torch.sign(evecs[evecs.abs().argmax(0), torch.arange(evecs.shape[1])])  # fixed signs
+        k = self.n_rigid_dims
+        if evals[k - 1] <= 1e-14:
+            raise InputError("rigid block of the training frames does not move in enough directions for the PCA")
+        self.rigid_mean.copy_(mean); self.pca_eigenvalues.copy_(evals)
+        self.pca_vectors.copy_(evecs[:, :k]); self.pca_std.copy_(evals[:k].sqrt())
+
+    # ------------------------------------------------------------------ helpers
+    def _b(self, name: str) -> torch.Tensor:
+        return getattr(self, name).to(_F64)
+
+    def _align_block(self, block: torch.Tensor) -> torch.Tensor:
+        c, rt = _kabsch(block, self._b("rigid_ref"))
+        return (block - c) @ rt
+
+    def internal_coordinates(self, x: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Bonds (nm), angles and torsions (rad, torsion in (-pi, pi]) of all z-matrix rows, (B, n_ic) each."""
+        x = _frames(x, self.n_atoms)
+        p = [x[:, col] for col in self._ic_cols]
+        return (p[0] - p[1]).norm(dim=-1), _angle(p[0], p[1], p[2]), _dihedral(p[0], p[1], p[2], p[3])
+
+    def superpose(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Frames (B, n_atoms, 3) float64 moved so that their rigid blocks best fit the reference."""
+        x = _frames(x, self.n_atoms).to(_F64)
+        c, rt = _kabsch(x[:, self._rigid_idx], self._b("rigid_ref"))
+        return (x - c) @ rt
+
+    def rigid_rmsd(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """RMSD (nm) of each frame's superposed rigid block to the reference, (B,) float64."""
+        block = self.superpose(x)[:, self._rigid_idx]
+        return (block - self._b("rigid_ref")).square().sum(-1).mean(-1).sqrt()
+
+    def _log_scale(self) -> torch.Tensor:
+        """Constant part of log|det| of to_cartesian: all normalizations and the whitening."""
+        return sum(self._b(n).log().sum() for n in ("bond_std", "angle_std", "torsion_std", "pca_std"))
+
+    def _split(self, y: torch.Tensor) -> list[torch.Tensor]:
+        if y.ndim != 2 or y.shape[1] != self.n_dims:
+            raise InputError(f"flow coordinates must be (batch, {self.n_dims}), got {tuple(y.shape)}")
+        return list(y.split([self.n_free_bonds, self.n_ic, self.n_ic, self.n_rigid_dims], dim=1))
+
+    def _unnormalize(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Bonds (all rows), angles, torsions, rigid block (B, n_rb, 3) from flow coordinates (float64)."""
+        yb, ya, yt, yr = self._split(y.to(_F64))
+        fixed = self._b("fixed_bond_length").expand(y.shape[0], -1)
+        bonds = torch.cat((self._b("bond_mean") + self._b("bond_std") * yb, fixed), dim=1)[:, self._bond_gather]
+        angles = self._b("angle_mean") + self._b("angle_std") * ya
+        torsions = self._b("torsion_mean") + self._b("torsion_std") * yt
+        block = self._b("rigid_mean") + (yr * self._b("pca_std")) @ self._b("pca_vectors").T
+        return bonds, angles, torsions, block.view(y.shape[0], -1, 3)
+
+    # ------------------------------------------------------------------ the two directions
+    def to_cartesian(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flow coordinates (B, n_dims) -> positions (B, n_atoms, 3) nm and log|det J| (B,)."""
+        bonds, angles, torsions, block = self._unnormalize(y)
+        pos = block.new_zeros(y.shape[0], self.n_atoms, 3).index_copy(1, self._rigid_idx, block)
+        cols = self._ic_cols
+        for name in self._levels:
+            rows = getattr(self, name)
+            atom, b, a, t = cols[:, rows]
+            new = _place(pos[:, t], pos[:, a], pos[:, b], bonds[:, rows], angles[:, rows], torsions[:, rows])
+            pos = pos.index_copy(1, atom, new)
+        logdet = (2.0 * bonds.abs().log() + angles.sin().abs().log()).sum(1) + self._log_scale()
+        return pos.to(y.dtype), logdet.to(y.dtype)
+
+    def from_cartesian(self, x: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions (B, n_atoms, 3) or (B, 3 n_atoms) nm -> flow coordinates (B, n_dims), log|det J| (B,).
+
+        Rigid motion of x is ignored (the rigid block is superposed onto the reference first);
+        the returned log|det| is that of this map, i.e. minus that of `to_cartesian` at the image.
+        """
+        x = _frames(x, self.n_atoms)
+        dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+        x = x.to(_F64)
+        bonds, angles, torsions = self.internal_coordinates(x)
+        cut = self._b("torsion_cut")
+        torsions = cut + torch.remainder(torsions - cut, TWO_PI)
+        block = self._align_block(x[:, self._rigid_idx]).reshape(x.shape[0], -1)
+        y = torch.cat((
+            (bonds[:, self._free_rows] - self._b("bond_mean")) / self._b("bond_std"),
+            (angles - self._b("angle_mean")) / self._b("angle_std"),
+            (torsions - self._b("torsion_mean")) / self._b("torsion_std"),
+            ((block - self._b("rigid_mean")) @ self._b("pca_vectors")) / self._b("pca_std"),
+        ), dim=1)
+        logdet = (2.0 * bonds.log() + angles.sin().log()).sum(1) + self._log_scale()
+        return y.to(dtype), (-logdet).to(dtype)
+
+    def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flow contract, z -> x direction: (B, n_dims) -> positions flattened (B, 3 n_atoms) nm."""
+        x, logdet = self.to_cartesian(y)
+        return x.reshape(x.shape[0], -1), logdet
+
+    def inverse(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flow contract, x -> z direction: positions (B, 3 n_atoms) nm -> (B, n_dims)."""
+        return self.from_cartesian(x)
+
+    # ------------------------------------------------------------------ domain and round trips
+    def in_domain(self, y: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: bonds > 0, angles in (0, pi), torsions in [cut, cut + 2 pi), all finite.
+
+        Outside the domain the Cartesian image maps back to other flow coordinates, so log
+        densities computed along z -> x are not those of the sample.
+        """
+        with torch.no_grad():
+            bonds, angles, torsions, block = self._unnormalize(y)
+            cut = self._b("torsion_cut")
+            ok = (bonds > 0).all(1) & ((angles > 0) & (angles < math.pi)).all(1)
+            ok &= ((torsions >= cut) & (torsions < cut + TWO_PI)).all(1)
+            return ok & torch.isfinite(y).all(1)
+
+    def reconstruction_error(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """RMSD (nm, (B,) float64) between superposed x and to_cartesian(from_cartesian(x)).
+
+        Only the dropped PCA directions of the rigid block are lost (zero up to round-off for
+        blocks that were superposed onto the same reference).
+        """
+        with torch.no_grad():
+            x = _frames(x, self.n_atoms).to(_F64)
+            back, _ = self.to_cartesian(self.from_cartesian(x)[0])
+            return (back - self.superpose(x)).square().sum(-1).mean(-1).sqrt()
+
+
+def _sparsest_cut(torsions: torch.Tensor, bins: int) -> torch.Tensor:
+    """Per column of (n, m) torsions in (-pi, pi]: centre of the least populated histogram bin.
+
+    Counts are smoothed over neighbouring bins (circularly) so the cut lands inside a gap.
+    """
+    width = TWO_PI / bins
+    which = torch.floor((torsions + math.pi) / width).long().clamp_(0, bins - 1)
+    counts = torch.zeros(bins, torsions.shape[1], dtype=_F64)
+    counts.scatter_add_(0, which, torch.ones_like(torsions))
+    smooth = counts + 0.5 * (counts.roll(1, 0) + counts.roll(-1, 0))
+    return -math.pi + width * (smooth.argmin(0).to(_F64) + 0.5)

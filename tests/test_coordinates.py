@@ -1,0 +1,171 @@
+"""Mixed coordinate transform: round trips, Jacobian, superposition, domain flags, shells."""
+from __future__ import annotations
+
+import math
+
+import mdtraj
+import numpy as np
+import pytest
+import torch
+
+from bgp4.errors import InputError
+from bgp4.flows import MixedCoordinateTransform
+from bgp4.flows.coordinates import _sparsest_cut
+from bgp4.molecule import constrained_bonds
+
+
+@pytest.fixture(scope="module")
+def frames(md_frames):
+    return torch.as_tensor(md_frames[0])
+
+
+@pytest.fixture(scope="module")
+def transform(frames, molecule):
+    return MixedCoordinateTransform.fit(frames, molecule)
+
+
+def _wrap(a: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(a + math.pi, 2 * math.pi) - math.pi
+
+
+def _random_rigid_motion(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
+    if torch.linalg.det(q) < 0:
+        q[:, 0] = -q[:, 0]
+    return x @ q.T + torch.randn(3, generator=g, dtype=torch.float64) * 3.0
+
+
+def test_dimensions_and_buffers(transform):
+    assert transform.n_dims == 17 * 3 + 9 == 60
+    assert sum(p.numel() for p in transform.parameters()) == 0  # everything fitted is a buffer
+    assert "pca_vectors" in transform.state_dict() and "torsion_cut" in transform.state_dict()
+
+
+def test_internal_coordinates_match_mdtraj(transform, frames, molecule):
+    traj = mdtraj.Trajectory(frames[:500].numpy(), molecule.topology)
+    zm = molecule.z_matrix
+    bonds, angles, torsions = transform.internal_coordinates(frames[:500])
+    # mdtraj computes in float32, hence the tolerance.
+    assert np.allclose(bonds.numpy(), mdtraj.compute_distances(traj, zm[:, :2]), atol=1e-6)
+    assert np.allclose(angles.numpy(), mdtraj.compute_angles(traj, zm[:, :3]), atol=1e-5)
+    assert _wrap(torsions - torch.as_tensor(mdtraj.compute_dihedrals(traj, zm), dtype=torch.float64)).abs().max() < 1e-5
+
+
+def test_cartesian_round_trip_keeps_internal_coordinates(transform, frames, molecule):
+    y, _ = transform.from_cartesian(frames)
+    assert transform.in_domain(y).all()
+    back, _ = transform.to_cartesian(y)
+    for before, after in zip(transform.internal_coordinates(frames), transform.internal_coordinates(back)):
+        assert _wrap(after - before).abs().max() < 1e-6
+    # Independent check with mdtraj (float32 inside, so a looser bound).
+    zm = molecule.z_matrix
+    t0, t1 = (mdtraj.Trajectory(a[:300].numpy(), molecule.topology) for a in (frames, back))
+    assert np.abs(mdtraj.compute_distances(t1, zm[:, :2]) - mdtraj.compute_distances(t0, zm[:, :2])).max() < 1e-6
+    assert np.abs(mdtraj.compute_angles(t1, zm[:, :3]) - mdtraj.compute_angles(t0, zm[:, :3])).max() < 1e-5
+    dihedral_diff = mdtraj.compute_dihedrals(t1, zm) - mdtraj.compute_dihedrals(t0, zm)
+    assert np.abs(np.angle(np.exp(1j * dihedral_diff))).max() < 1e-5
+
+
+def test_reconstruction_loses_only_rigid_motion(transform, frames):
+    error = transform.reconstruction_error(frames)
+    print(f"\nreconstruction RMSD on MD frames: max {error.max():.2e} nm, mean {error.mean():.2e} nm")
+    assert error.shape == (len(frames),)
+    assert error.max() < 1e-8
+    # The six dropped PCA directions carry no variance: they are global translation and rotation.
+    ev = transform.pca_eigenvalues
+    assert ev[9:].abs().max() < 1e-12 * ev[0]
+    assert (transform.pca_std > 0).all()
+
+
+def test_flow_round_trip_in_domain(transform, frames):
+    y0, _ = transform.from_cartesian(frames[:400])
+    g = torch.Generator().manual_seed(1)
+    y = y0 + 0.7 * torch.randn(y0.shape, generator=g, dtype=torch.float64)
+    ok = transform.in_domain(y)
+    assert ok.float().mean() > 0.5
+    x, logdet = transform.to_cartesian(y[ok])
+    y_back, logdet_back = transform.from_cartesian(x)
+    assert (y_back - y[ok]).abs().max() < 1e-6
+    assert (logdet + logdet_back).abs().max() < 1e-8
+
+
+def test_logdet_matches_autograd(transform, frames):
+    y, _ = transform.from_cartesian(frames[::700])
+    _, logdet = transform.to_cartesian(y)
+    for i in range(len(y)):
+        jac = torch.autograd.functional.jacobian(lambda v: transform.to_cartesian(v[None])[0].reshape(-1), y[i])
+        assert jac.shape == (66, 60)
+        expected = 0.5 * torch.logdet(jac.T @ jac)
+        assert logdet[i].item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_superposition_and_rigid_block_rmsd(transform, frames):
+    assert 0 < transform.fit_max_rmsd < 0.03
+    moved = _random_rigid_motion(frames[:200])
+    assert transform.rigid_rmsd(moved).max() < 0.03
+    y0, ld0 = transform.from_cartesian(frames[:200])
+    y1, ld1 = transform.from_cartesian(moved)
+    assert (y1 - y0).abs().max() < 1e-8 and (ld1 - ld0).abs().max() < 1e-8
+
+
+def test_in_domain_flags(transform, frames):
+    y, _ = transform.from_cartesian(frames[:4])
+    bad = y.clone()
+    bad[0, 5] = -transform.bond_mean[5] / transform.bond_std[5] - 1.0  # bond < 0
+    bad[1, 17 + 3] = (math.pi + 0.1 - transform.angle_mean[3]) / transform.angle_std[3]  # angle > pi
+    bad[2, 34 + 0] = (transform.torsion_cut[0] + 2 * math.pi + 0.2 - transform.torsion_mean[0]) / transform.torsion_std[0]
+    assert transform.in_domain(bad).tolist() == [False, False, False, True]
+    back, _ = transform.from_cartesian(transform.to_cartesian(bad)[0])
+    assert ((back - bad).abs().max(1).values > 1e-3)[:3].all()  # out of domain: no round trip
+
+
+def test_shell_restores_state(transform, frames):
+    shell = MixedCoordinateTransform(**transform.structure())
+    shell.load_state_dict(transform.state_dict())
+    y0, ld0 = transform.from_cartesian(frames[:50])
+    y1, ld1 = shell.from_cartesian(frames[:50])
+    assert torch.equal(y0, y1) and torch.equal(ld0, ld1)
+
+
+def test_float32_input_round_trip(transform, frames):
+    y, _ = transform.from_cartesian(frames[:100].float())
+    assert y.dtype == torch.float32 and torch.isfinite(y).all()
+    x, logdet = transform.to_cartesian(y)
+    assert x.dtype == torch.float32 and x.shape == (100, 22, 3) and logdet.shape == (100,)
+
+
+def test_fix_constrained_keeps_bonds(frames, molecule):
+    t = MixedCoordinateTransform.fit(frames, molecule, fix_constrained=True)
+    # 12 constrained bonds, but HA-CA lies inside the rigid block: 11 z-matrix bonds are fixed.
+    assert t.n_dims == 49 and len(t.fixed_rows) == 11
+    y0, _ = t.from_cartesian(frames[:300])
+    y = y0 + 0.5 * torch.randn(y0.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    y = y[t.in_domain(y)]
+    x, _ = t.to_cartesian(y)
+    lengths = constrained_bonds(molecule)
+    pairs = [tuple(sorted(molecule.z_matrix[i, :2].tolist())) for i in t.fixed_rows]
+    assert set(pairs) == set(lengths) - {(8, 9)}  # HA-CA is inside the rigid block (PCA, not fixed)
+    dist = (x[:, [i for i, _ in pairs]] - x[:, [j for _, j in pairs]]).norm(dim=-1)
+    assert (dist - torch.tensor([lengths[p] for p in pairs], dtype=torch.float64)).abs().max() < 1e-9
+    assert (t.from_cartesian(x)[0] - y).abs().max() < 1e-6
+
+
+def test_sparsest_cut_lands_in_gap():
+    g = torch.Generator().manual_seed(3)
+    torsions = torch.cat([0.3 * torch.randn(2000, 1, generator=g), 2.0 + 0.2 * torch.randn(500, 1, generator=g)])
+    torsions = _wrap(torsions.to(torch.float64))
+    cut = _sparsest_cut(torsions, 36)[0].item()
+    # The gap runs from about 2.6 through pi to about -0.9; the cut must be inside it.
+    assert cut > 2.7 or cut < -1.0
+
+
+def test_bad_input(transform, molecule):
+    with pytest.raises(InputError):
+        transform.from_cartesian(torch.zeros(3, 21, 3))
+    with pytest.raises(InputError):
+        transform.to_cartesian(torch.zeros(3, 59))
+    with pytest.raises(InputError):
+        MixedCoordinateTransform.fit(np.zeros((5, 22, 3)), molecule)
+    with pytest.raises(InputError):
+        MixedCoordinateTransform([[0, 1, 2, 3]], [1, 2, 3], n_atoms=5)
