@@ -37,7 +37,7 @@ from bgp4.platform import get_platform
 #: Coordinates beyond this many nm are treated as absurd (+inf energy) without calling OpenMM.
 MAX_ABS_COORDINATE_NM = 1.0e4
 _GPU_PLATFORMS = ("CUDA", "OpenCL")
-_HEADER = struct.Struct("<qq")  # (number of frames or -1 to quit, want forces)
+_HEADER = struct.Struct("<qq")  # request header: (number of frames, want forces)
 
 
 def regularize_energy(u: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
@@ -58,9 +58,9 @@ def _worker_main() -> None:
 
     argv: platform name, platform properties (JSON), parent pid, "1" to die with the parent thread.
     Protocol (little endian): the parent sends the system XML (int64 length + bytes); the worker
-    answers int64 0 when ready, or int64 n + n bytes of error text. Then requests: int64 n frames
-    (-1 quits), int64 want_forces, n*n_atoms*3 float64 nm; reply: n float64 energies (kJ/mol,
-    +inf where the result is not finite), then if asked n*n_atoms*3 float64 forces (kJ/mol/nm).
+    answers int64 0 when ready, or int64 n + n bytes of error text. Then requests: int64 n frames,
+    int64 want_forces, n*n_atoms*3 float64 nm; reply: n float64 energies (kJ/mol, +inf where the
+    result is not finite), then if asked n*n_atoms*3 float64 forces (kJ/mol/nm). EOF ends it.
     """
     import ctypes, json, math, os, signal, struct, sys  # noqa: E401 (kept short: this runs as a script)
 
@@ -98,7 +98,7 @@ def _worker_main() -> None:
         system = openmm.XmlSerializer.deserialize(xml.decode())
         platform = openmm.Platform.getPlatformByName(platform_name)
         context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform, props)
-        context.setPositions(np.zeros((system.getNumParticles(), 3)))
+        context.setPositions(0.3 * np.arange(3.0 * system.getNumParticles()).reshape(-1, 3))
         state = context.getState(getEnergy=True, getForces=True)
         # The loop reads raw values (4 us/frame faster than value_in_unit); check their units once.
         kj = openmm.unit.kilojoule_per_mole
@@ -112,7 +112,7 @@ def _worker_main() -> None:
     write_all(struct.pack("<q", 0))
     while (header := read_exact(16)) is not None:
         n, want_forces = struct.unpack("<qq", header)
-        if n < 0 or (data := read_exact(n * n_atoms * 24)) is None:
+        if (data := read_exact(n * n_atoms * 24)) is None:
             return
         frames = np.frombuffer(data, dtype=np.float64).reshape(n, n_atoms, 3)
         energies = np.full(n, math.inf)
@@ -154,24 +154,22 @@ class _Worker:
         for fd in (self.in_fd, self.out_fd):  # 1 MiB pipes: a chunk crosses in one write, not 64 KiB steps
             with contextlib.suppress(OSError, AttributeError):
                 fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-        try:
+        with contextlib.suppress(_WorkerDied):  # a worker that died at once is reported by wait_ready
             self._write(struct.pack("<q", len(xml)) + xml)
-        except _WorkerDied:
-            pass  # wait_ready reports the failure
 
     def wait_ready(self) -> None:
         """Block until the worker has built its Context; Bgp4Error (worker killed) if it could not."""
+        size, message = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
         try:
-            size = np.empty(1, dtype=np.int64)
             self._readinto(size)
-            message = np.empty(int(size[0]), dtype=np.uint8)
+            message = np.zeros(int(size[0]), dtype=np.uint8)
             self._readinto(message)
         except _WorkerDied:
+            size[0] = -1
+        if size[0]:
+            text = message.tobytes().decode(errors="replace") or f"it died (exit code {self.kill()})"
             self.kill()
-            raise Bgp4Error(f"OpenMM energy worker failed to start (exit code {self.proc.returncode})") from None
-        if len(message):
-            self.kill()
-            raise Bgp4Error(f"OpenMM energy worker could not build its context: {message.tobytes().decode(errors='replace')}")
+            raise Bgp4Error(f"OpenMM energy worker failed to start: {text}")
 
     def send(self, frames: np.ndarray, want_forces: bool) -> None:
         """Send (n, n_atoms, 3) float64 C-contiguous frames in nm."""
@@ -217,6 +215,7 @@ class _Pool:
         self.slots: list[_Worker | None] = [None] * n_workers
         self.lock = threading.Lock()
         self.closed = False
+        self.owner = os.getpid()  # a forked child inherits this object but must never drive or kill the workers
 
     def start(self, slots: list[int]) -> None:
         """Start workers in the empty `slots`, all at once, and wait until each is ready."""
@@ -236,6 +235,8 @@ class _Pool:
         with self.lock:
             if self.closed:
                 raise Bgp4Error("OpenMMEnergy is closed")
+            if os.getpid() != self.owner:
+                raise Bgp4Error("OpenMMEnergy cannot be used in a forked child process; create one there")
             return self._run(frames, want_forces)
 
     def _run(self, frames: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -296,6 +297,8 @@ class _Pool:
         """Stop all workers (idempotent); safe to call from a finalizer at interpreter exit."""
         self.closed = True
         workers, self.slots = [w for w in self.slots if w is not None], [None] * len(self.slots)
+        if os.getpid() != self.owner:
+            return
         for worker in workers:
             worker.proc.stdin.close()  # the worker exits on EOF; all EOFs first, so they exit in parallel
         for worker in workers:
@@ -357,16 +360,13 @@ class OpenMMEnergy:
 
     def __init__(self, system: openmm.System | str, temperature: float, n_workers: int | None = None,
                  platform: str = "auto") -> None:
-        if isinstance(system, openmm.System):
-            xml = openmm.XmlSerializer.serialize(system)
-        elif isinstance(system, str):
-            xml = system
-            try:
-                system = openmm.XmlSerializer.deserialize(xml)
-            except Exception as exc:
-                raise InputError(f"system XML could not be read by OpenMM: {exc}") from None
-        else:
+        if not isinstance(system, (openmm.System, str)):
             raise InputError(f"system must be an openmm.System or its XML string, got {type(system).__name__}")
+        xml = system if isinstance(system, str) else openmm.XmlSerializer.serialize(system)
+        try:
+            system = openmm.XmlSerializer.deserialize(xml) if isinstance(system, str) else system
+        except Exception as exc:
+            raise InputError(f"system XML could not be read by OpenMM: {exc}") from None
         temperature = float(temperature)
         if not (np.isfinite(temperature) and temperature > 0):
             raise InputError(f"temperature must be a positive number of K, got {temperature}")
@@ -472,5 +472,4 @@ class OpenMMEnergy:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"OpenMMEnergy(n_atoms={self.n_atoms}, temperature={self.temperature} K, "
-                f"platform={self.platform}, n_workers={self.n_workers})")
+        return f"OpenMMEnergy(n_atoms={self.n_atoms}, {self.temperature} K, {self.platform}, n_workers={self.n_workers})"

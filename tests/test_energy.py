@@ -237,3 +237,4 @@ def test_workers_do_not_outlive_a_killed_parent(sig):
         if child.poll() is None:
             child.kill()
             child.wait()
+        child.stdout.close()

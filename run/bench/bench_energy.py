@@ -4,8 +4,11 @@ Prints `name: value` lines: evaluations/s (energy + forces) of OpenMMEnergy thro
 (energy + backward) and through `energy_and_forces` (numpy), of two bare processes with one
 context each, and `energy_efficiency` = autograd throughput / bare throughput. Measurements are
 interleaved and repeated; the best of each is kept, since other programs share the cores.
+The autograd path runs torch ops around each call; with torch's default OpenMP threads their
+spin-waiting takes a few % of the cores from the workers (compare --torch-threads 1).
 
 Usage: python run/bench/bench_energy.py [--frames 4096] [--reps 5] [--workers 2] [--platform auto]
+       [--torch-threads N]
 """
 from __future__ import annotations
 
@@ -60,9 +63,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--platform", default="auto")
+    parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     args = parser.parse_args()
 
     import torch
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
 
     from bgp4.energy import OpenMMEnergy
     from bgp4.molecule import alanine_dipeptide
@@ -120,6 +127,7 @@ def main() -> None:
     rate = {name: len(frames) / seconds for name, seconds in best.items()}
     print(f"platform: {platform.getName()}")
     print(f"workers: {args.workers}")
+    print(f"torch_threads: {torch.get_num_threads()}")
     print(f"frames: {len(frames)}")
     print(f"openmm_energy_evals_per_s: {rate['autograd']:.0f}")
     print(f"openmm_energy_numpy_evals_per_s: {rate['numpy']:.0f}")
