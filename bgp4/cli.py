@@ -89,6 +89,120 @@ def simulate(
     typer.echo(f"wrote {settings.frames} frames to {path}")
 
 
+
+
+def _d(name: str) -> str:
+    from bgp4.train import TrainSettings
+
+    return f" [default: {getattr(TrainSettings(), name)}]"
+
+
+@app.command()
+@handles_errors
+def train(
+    data: Optional[Path] = typer.Option(None, "--data", help="MD data file from `bgp4 simulate`." + _d("data")),
+    model: Optional[str] = typer.Option(None, "--model", help="Generator: rnvp (swaps) or p4inv (P4Inv layers)." + _d("model")),
+    out: Path = typer.Option(..., "--out", help="Run directory (settings, checkpoints, metrics, model, figures)."),
+    steps: Optional[int] = typer.Option(None, help="Maximum-likelihood steps." + _d("steps")),
+    batch: Optional[int] = typer.Option(None, help="Batch size (frames and flow samples)." + _d("batch")),
+    lr: Optional[float] = typer.Option(None, help="Adam learning rate, likelihood phase." + _d("lr")),
+    energy_steps: Optional[int] = typer.Option(None, "--energy-steps", help="Likelihood + energy steps after the first phase." + _d("energy_steps")),
+    energy_lr: Optional[float] = typer.Option(None, "--energy-lr", help="Adam learning rate, energy phase." + _d("energy_lr")),
+    energy_weight: Optional[float] = typer.Option(None, "--energy-weight", help="Ratio w_e / w_l of energy to likelihood loss." + _d("energy_weight")),
+    blocks: Optional[int] = typer.Option(None, help="RNVP blocks (2 couplings + 2 swaps or P4Inv layers each)." + _d("blocks")),
+    hidden: Optional[int] = typer.Option(None, help="Hidden width of the coupling nets." + _d("hidden")),
+    merge_every: Optional[int] = typer.Option(None, "--merge-every", help="P4Inv: optimizer steps between merge attempts (N)." + _d("merge_every")),
+    force_every: Optional[int] = typer.Option(None, "--force-every", help="P4Inv: force every n-th merge attempt." + _d("force_every")),
+    correct_every: Optional[int] = typer.Option(None, "--correct-every", help="P4Inv: correct the inverse every n-th attempt." + _d("correct_every")),
+    test_fraction: Optional[float] = typer.Option(None, "--test-fraction", help="Share of frames held out for the test NLL." + _d("test_fraction")),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Steps between test-NLL evaluations." + _d("eval_every")),
+    fix_constrained: Optional[bool] = typer.Option(None, "--fix-constrained/--learn-constrained", help="Hold the 12 constrained X-H bonds at their lengths (48 flow dims)." + _d("fix_constrained")),
+    device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
+    seed: Optional[int] = typer.Option(None, help="Random seed (split, initialization, batches, samples)." + _d("seed")),
+    workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML or YAML file with any of these settings; flags win."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Discard an existing run in --out and train again."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Train a Boltzmann generator: maximum likelihood, then likelihood + energy (reverse KL).
+
+    Defaults are the paper's. Killed at any moment and rerun with the same command, training
+    resumes from its last checkpoint; rerunning a finished run reports it and exits.
+    """
+    from bgp4.config import merge_settings, read_config_file
+    from bgp4.train import TrainSettings, train as run_training
+
+    flags = dict(
+        data=str(data) if data else None, model=model, steps=steps, batch=batch, lr=lr, energy_steps=energy_steps,
+        energy_lr=energy_lr, energy_weight=energy_weight, blocks=blocks, hidden=hidden, merge_every=merge_every,
+        force_every=force_every, correct_every=correct_every, test_fraction=test_fraction, eval_every=eval_every,
+        fix_constrained=fix_constrained, device=device, seed=seed, workers=workers,
+    )
+    settings = merge_settings(TrainSettings, read_config_file(config) if config else {}, flags)
+    summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)
+    state = "trained" if trained else "already complete"
+    typer.echo(f"{out}: {state}; test NLL {summary.get('test_nll_start')} -> {summary.get('test_nll_end')}")
+
+
+@app.command()
+@handles_errors
+def sample(
+    run: Path = typer.Argument(..., help="Run directory of a finished `bgp4 train`."),
+    n: int = typer.Option(100_000, "--n", help="Number of samples."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Samples file (mdtraj HDF5). [default: RUN/samples.h5]"),
+    batch: int = typer.Option(10_000, help="Samples drawn and evaluated per batch."),
+    device: str = typer.Option("auto", help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."),
+    seed: int = typer.Option(0, help="Random seed of the prior samples."),
+    workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing samples file made with other settings."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Draw samples with their energies (kJ/mol), log q and log importance weights.
+
+    Samples whose energy is not finite, or that left the internal-coordinate domain, are kept,
+    flagged and counted.
+    """
+    from bgp4.sample import SampleSettings, sample_run
+
+    summary, _ = sample_run(run, SampleSettings(n, batch, device, seed, workers), out, overwrite, progress=not quiet)
+    typer.echo(
+        f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "
+        f"{summary['out_of_domain']} outside the IC domain; mean energy {summary['mean_energy_kT']} kT, "
+        f"reverse ESS {summary['reverse_ess']:.3g}"
+    )
+
+
+@app.command()
+@handles_errors
+def analyze(
+    runs: list[Path] = typer.Argument(..., help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
+    data: Path = typer.Option(Path("data/ala2-600K.h5"), "--data", help="The MD data file the runs were trained on."),
+    out: Path = typer.Option(Path("report"), "--out", help="Report directory (figures, metrics.json, report.md)."),
+    seed: int = typer.Option(0, help="Seed of the noise reference."),
+    workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
+) -> None:
+    """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
+    from bgp4.report import analyze as run_analysis
+
+    run_analysis(data, list(runs), out, seed=seed, workers=workers)
+    typer.echo(f"report written to {out / 'report.md'}")
+
+
+@app.command()
+@handles_errors
+def pipeline(
+    preset: str = typer.Option("quick", help="quick (minutes on 2 cores) or paper (the full reproduction)."),
+    out: Path = typer.Option(Path("out/quick"), "--out", help="Directory for data, runs and report."),
+    seed: int = typer.Option(0, help="Seed of every stage."),
+    device: str = typer.Option("auto", help="auto|cpu|cuda for training and sampling."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Simulate, train RNVP and P4Inv, sample and analyze; completed stages are skipped on rerun."""
+    from bgp4.pipeline import run_pipeline
+
+    run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point."""
     app(args=argv, prog_name="bgp4")

@@ -1,0 +1,300 @@
+"""Training a Boltzmann generator as in the paper: maximum likelihood, then likelihood + energy.
+
+Phase "ml": Adam on the negative log-likelihood of MD frames (nats per frame, Cartesian density).
+Phase "energy": Adam on w_l * NLL + w_e * reverse KL, where the reverse KL term is the mean of
+u(x) + log q(x) over flow samples (u in kT from the OpenMM bridge, regularized). The P4Inv
+schedule runs after every optimizer step in both phases. Every piece of state (model, optimizer,
+scheduler, random generators, counters) is checkpointed, so a resumed run equals an unbroken one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bgp4.errors import InputError
+from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, SPLIT, RunDirectory
+
+MODELS = ("rnvp", "p4inv")
+LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
+TEST_FRAMES = 10_000  # held-out frames scored at each evaluation
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything that defines a training run; the defaults are the paper's (REFERENCE section 4)."""
+
+    data: str = "data/ala2-600K.h5"
+    model: str = "p4inv"
+    steps: int = 40_000
+    batch: int = 256
+    lr: float = 1e-3
+    energy_steps: int = 2_000
+    energy_lr: float = 1e-5
+    energy_weight: float = 0.05  # w_e / w_l
+    blocks: int = 25
+    hidden: int = 60
+    merge_every: int = 100
+    force_every: int = 10
+    correct_every: int = 50
+    test_fraction: float = 0.1
+    eval_every: int = 1_000
+    fix_constrained: bool = False
+    device: str = "auto"
+    seed: int = 0
+    workers: int = 0  # energy-bridge processes; 0: one per core
+    checkpoint_minutes: float = 5.0
+
+    def validated(self) -> "TrainSettings":
+        """A copy with the data path made absolute; raises InputError for impossible values."""
+        if self.model not in MODELS:
+            raise InputError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
+        for name in ("steps", "energy_steps", "workers"):
+            if getattr(self, name) < 0:
+                raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        for name in ("batch", "blocks", "hidden", "merge_every", "force_every", "correct_every", "eval_every"):
+            if getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("lr", "energy_lr", "checkpoint_minutes"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.energy_weight < 0:
+            raise InputError(f"--energy-weight must be >= 0, got {self.energy_weight}")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise InputError(f"--test-fraction must be in (0, 1), got {self.test_fraction}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise InputError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
+        return dataclasses.replace(self, data=str(Path(self.data).expanduser().resolve()))
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> CUDA when torch sees a GPU, else CPU; raises InputError for CUDA without a GPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("--device cuda asked for, but torch sees no GPU")
+    return torch.device(name)
+
+
+class Trainer:
+    """One run: data, generator, optimizer, P4Inv scheduler and the run directory they write to."""
+
+    def __init__(self, settings: TrainSettings, run: RunDirectory):
+        from bgp4.data import load_trajectory, train_test_split
+        from bgp4.model import build_generator
+
+        self.s, self.run = settings, run
+        self.device = resolve_device(settings.device)
+        data = load_trajectory(settings.data, n_atoms=22)
+        train_idx, test_idx = train_test_split(data.n_frames, settings.test_fraction, settings.seed)
+        if train_idx.size < settings.batch:
+            raise InputError(f"{settings.data} has {train_idx.size} training frames, fewer than one batch of {settings.batch}")
+        np.savez(run.file(SPLIT), train=train_idx, test=test_idx)
+        self.temperature = float(data.settings.get("temperature", 600.0))
+        torch.manual_seed(settings.seed)
+        self.bg = build_generator(
+            settings.model, data=data.xyz[train_idx], blocks=settings.blocks, hidden=settings.hidden,
+            fix_constrained=settings.fix_constrained,
+        ).to(self.device)
+        # the coordinate transform is fixed, so frames are mapped to flow coordinates once
+        self.train_y = self._flow_coordinates(data.xyz[train_idx])
+        test_pick = np.random.default_rng(settings.seed).permutation(test_idx.size)[:TEST_FRAMES]
+        self.test_y = self._flow_coordinates(data.xyz[test_idx[np.sort(test_pick)]])
+        self.batch_gen = torch.Generator().manual_seed(settings.seed + 1)
+        self.step = 0
+        self.skipped = 0
+        self.wall = 0.0
+        self._make_optimizer()
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def total_steps(self) -> int:
+        return self.s.steps + self.s.energy_steps
+
+    @property
+    def phase(self) -> str:
+        return "ml" if self.step < self.s.steps else "energy"
+
+    def _make_optimizer(self) -> None:
+        from bgp4.flows import P4InvScheduler
+
+        lr = self.s.lr if self.phase == "ml" else self.s.energy_lr
+        self.optimizer = torch.optim.Adam(self.bg.parameters(), lr=lr)
+        previous = getattr(self, "scheduler", None)
+        self.scheduler = P4InvScheduler(self.bg, self.optimizer, self.s.merge_every, self.s.force_every, self.s.correct_every)
+        if previous is not None:
+            self.scheduler.load_state_dict(previous.state_dict())
+
+    def checkpoint(self) -> None:
+        self.run.save_torch(CHECKPOINT, {
+            "step": self.step, "skipped": self.skipped, "wall": self.wall,
+            "model": self.bg.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "batch_rng": self.batch_gen.get_state(),
+        })
+
+    def restore(self) -> bool:
+        """Load the last checkpoint if there is one; returns whether it did."""
+        if not self.run.file(CHECKPOINT).exists():
+            return False
+        state = self.run.load_torch(CHECKPOINT, map_location=self.device)
+        self.step, self.skipped, self.wall = state["step"], state["skipped"], state["wall"]
+        self.bg.load_state_dict(state["model"])
+        self._make_optimizer()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+        self.batch_gen.set_state(state["batch_rng"].cpu())
+        self.run.truncate_log(self.step)
+        return True
+
+    # -- numerics ------------------------------------------------------------------------
+    def _flow_coordinates(self, xyz: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames (n, 22, 3) nm -> flow coordinates (n, dims) and log|dy/dx| (n,) on the device."""
+        with torch.no_grad():
+            parts = [self.bg.flow_coordinates(torch.as_tensor(c, device=self.device)) for c in np.array_split(xyz, max(1, len(xyz) // 8192))]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def _nll(self, y: torch.Tensor, logdet_cart: torch.Tensor) -> torch.Tensor:
+        """-log q(x) (B,) from precomputed flow coordinates of x."""
+        z, logdet_flow = self.bg.flow.inverse(y)
+        return -(self.bg.prior_log_prob(z) + logdet_flow + logdet_cart)
+
+    def test_nll(self) -> float:
+        """Mean negative log-likelihood (nats per frame) of the held-out frames."""
+        with torch.no_grad():
+            nll = torch.cat([self._nll(y, ld) for y, ld in zip(self.test_y[0].split(4096), self.test_y[1].split(4096))])
+        return float(nll[torch.isfinite(nll)].mean())
+
+    def _loss(self, energy) -> tuple[torch.Tensor, dict[str, float]]:
+        idx = torch.randint(self.train_y[0].shape[0], (self.s.batch,), generator=self.batch_gen).to(self.device)
+        nll = self._nll(self.train_y[0][idx], self.train_y[1][idx]).mean()
+        if self.phase == "ml":
+            return nll, {"train_nll": float(nll.detach())}
+        x, log_q, ok = self.bg.sample(self.s.batch, with_flags=True)
+        u = energy.regularized(x)
+        # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
+        kl = (u + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
+        w_l = 1.0 / (1.0 + self.s.energy_weight)
+        loss = w_l * nll + (1.0 - w_l) * kl
+        finite_u = u[ok & torch.isfinite(u)]
+        return loss, {
+            "train_nll": float(nll.detach()), "reverse_kl": float(kl.detach()),
+            "energy_kT": float(finite_u.detach().mean()) if finite_u.numel() else math.nan,
+            "out_of_domain": float((~ok).float().mean()),
+        }
+
+    def _train_step(self, energy) -> dict[str, float] | None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, info = self._loss(energy)
+        if not torch.isfinite(loss):
+            self.skipped += 1
+            return None
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.bg.parameters(), float("inf"))
+        if not torch.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped += 1
+            return None
+        self.optimizer.step()
+        self.scheduler.step()
+        return info
+
+    def _record(self, interval: list[dict[str, float]], test: bool) -> dict[str, Any]:
+        in_ml = self.step <= self.s.steps  # the phase of the step just taken
+        record: dict[str, Any] = {"global_step": self.step, "phase": "ml" if in_ml else "energy",
+                                  "step": self.step if in_ml else self.step - self.s.steps}
+        for key in sorted({k for r in interval for k in r}):
+            values = [r[key] for r in interval if key in r and math.isfinite(r[key])]
+            record[key] = float(np.mean(values)) if values else None
+        if test:
+            record["test_nll"] = self.test_nll()
+        record.update(skipped_steps=self.skipped, lr=self.optimizer.param_groups[0]["lr"], wall_s=round(self.wall, 2))
+        if self.scheduler.layers:
+            record.update({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()})
+        self.run.log(record)
+        return record
+
+    # -- the loop ------------------------------------------------------------------------
+    def fit(self, progress: bool = True) -> dict[str, Any]:
+        from tqdm.auto import tqdm
+
+        from bgp4.energy import OpenMMEnergy
+        from bgp4.molecule import alanine_dipeptide
+
+        if not self.restore():
+            self._record([], test=True)
+        energy = None
+        if self.s.energy_steps > 0:
+            energy = OpenMMEnergy(alanine_dipeptide().system, self.temperature, n_workers=self.s.workers or None)
+        bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
+        last_save, interval, record = time.monotonic(), [], {}
+        try:
+            while self.step < self.total_steps:
+                started = time.perf_counter()
+                info = self._train_step(energy)
+                self.step += 1
+                self.wall += time.perf_counter() - started
+                if info is not None:
+                    interval.append(info)
+                phase_end = self.step in (self.s.steps, self.total_steps)
+                if self.step % LOG_EVERY == 0 or phase_end:
+                    test = phase_end or self.step % self.s.eval_every == 0
+                    record = self._record(interval, test=test)
+                    interval = []
+                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("train_nll", "test_nll", "energy_kT") if record.get(k) is not None})
+                if self.step == self.s.steps and self.s.energy_steps:
+                    self._make_optimizer()  # phase 2 starts with a fresh Adam at the energy lr
+                    bar.set_description("energy")
+                if phase_end or time.monotonic() - last_save > 60 * self.s.checkpoint_minutes:
+                    self.checkpoint()
+                    last_save = time.monotonic()
+                bar.update(1)
+        except KeyboardInterrupt:
+            self.checkpoint()
+            raise
+        finally:
+            bar.close()
+            if energy is not None:
+                energy.close()
+        return self._finish(record)
+
+    def _finish(self, record: dict[str, Any]) -> dict[str, Any]:
+        from bgp4.plots import training_curves
+
+        self.bg.save(self.run.file(MODEL))
+        records = list(self.run.records())
+        training_curves(records, self.run.file("training"))
+        tests = [r["test_nll"] for r in records if r.get("test_nll") is not None]
+        summary = {
+            "steps": self.total_steps, "skipped_steps": self.skipped, "wall_s": round(self.wall, 1),
+            "test_nll_start": tests[0] if tests else None, "test_nll_end": tests[-1] if tests else None,
+            "temperature": self.temperature, "device": str(self.device),
+            **({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()} if self.scheduler.layers else {}),
+        }
+        self.run.write_json(COMPLETE, summary)
+        return summary
+
+
+def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:
+    """Train (or resume, or find complete) the run in `out`; returns (summary, newly_trained)."""
+    import json
+
+    s = settings.validated()
+    run = RunDirectory(out)
+    if run.complete and not overwrite:
+        if run.settings() != json.loads(json.dumps(asdict(s))):
+            raise InputError(f"{run.path} holds a finished run with other settings; use another --out or --overwrite")
+        return json.loads(run.file(COMPLETE).read_text()), False
+    run.prepare(json.loads(json.dumps(asdict(s))), overwrite)
+    trainer = Trainer(s, run)
+    return trainer.fit(progress=progress), True
