@@ -196,15 +196,34 @@ def test_killed_worker_is_replaced(molecule, frames):
         assert victim not in energy.worker_pids and len(energy.worker_pids) == 2
 
 
+def die_mid_request(worker, frames, want_forces):
+    """Stand-in for _Worker.send: only the header goes out, then the worker is killed (it cannot have replied)."""
+    worker._write(energy_module._HEADER.pack(len(frames), int(want_forces)))
+    worker.proc.kill()
+    worker.proc.wait()
+
+
+def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
+    real_send, deaths = energy_module._Worker.send, []
+
+    def die_once(worker, chunk, want_forces):
+        if not deaths:
+            deaths.append(worker.pid)
+            return die_mid_request(worker, chunk, want_forces)
+        return real_send(worker, chunk, want_forces)
+
+    with OpenMMEnergy(molecule.system, 600.0, n_workers=2) as energy:
+        expected = energy.energy_and_forces_kjmol(frames)
+        monkeypatch.setattr(energy_module._Worker, "send", die_once)
+        got = energy.energy_and_forces_kjmol(frames)
+        assert len(deaths) == 1 and deaths[0] not in energy.worker_pids and len(energy.worker_pids) == 2
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+
+
 def test_worker_dying_twice_raises_bgp4_error(molecule, frames, monkeypatch):
     with OpenMMEnergy(molecule.system, 600.0, n_workers=1) as energy:
-        def send_then_die(worker, frames, want_forces):
-            # Only the header goes out, so the worker cannot have replied before it is killed.
-            worker._write(energy_module._HEADER.pack(len(frames), int(want_forces)))
-            worker.proc.kill()
-            worker.proc.wait()
-
-        monkeypatch.setattr(energy_module._Worker, "send", send_then_die)
+        monkeypatch.setattr(energy_module._Worker, "send", die_mid_request)
         with pytest.raises(Bgp4Error, match="died twice"):
             energy.energies_kjmol(frames[:10])
         monkeypatch.undo()

@@ -7,7 +7,7 @@ interleaved and repeated; the best of each is kept, since other programs share t
 The autograd path runs torch ops around each call; with torch's default OpenMP threads their
 spin-waiting takes a few % of the cores from the workers (compare --torch-threads 1).
 
-Usage: python run/bench/bench_energy.py [--frames 4096] [--reps 5] [--workers 2] [--platform auto]
+Usage: python run/bench/bench_energy.py [--frames 4096] [--reps 7] [--workers 2] [--platform auto]
        [--torch-threads N]
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def bare_worker(xml: str, platform_name: str, props: dict, frames: np.ndarray, c
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=4096)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--platform", default="auto")
     parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
