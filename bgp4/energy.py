@@ -18,7 +18,6 @@ import inspect
 import json
 import os
 import select
-import signal
 import struct
 import subprocess
 import sys
