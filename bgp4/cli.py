@@ -25,7 +25,8 @@ app = typer.Typer(
 
 
 def _fail(message: str, code: int) -> None:
-    typer.echo(f"bgp4: error: {message}", err=True)
+    first = (message.strip().splitlines() or ["unknown error"])[0]  # one line, always
+    typer.echo(f"bgp4: error: {first}", err=True)
     raise typer.Exit(code)
 
 

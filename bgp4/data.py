@@ -80,7 +80,8 @@ def load_trajectory(path: str | os.PathLike, n_atoms: int | None = None, extras:
             topology = f.topology
             frames = f.read()
     except Exception as exc:  # noqa: BLE001 - any reader failure means "not an mdtraj HDF5 file"
-        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file ({type(exc).__name__}: {exc})") from None
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file ({reason})") from None
     xyz = np.asarray(frames.coordinates, dtype=np.float32)
     if xyz.ndim != 3 or xyz.shape[0] == 0:
         raise InputError(f"{path} holds no frames")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bgp4.data import TrajectoryData, load_trajectory
 from bgp4.errors import InputError
 from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, SPLIT, RunDirectory
 
@@ -85,16 +86,13 @@ def resolve_device(name: str) -> torch.device:
 class Trainer:
     """One run: data, generator, optimizer, P4Inv scheduler and the run directory they write to."""
 
-    def __init__(self, settings: TrainSettings, run: RunDirectory):
-        from bgp4.data import load_trajectory, train_test_split
+    def __init__(self, settings: TrainSettings, run: RunDirectory, data: TrajectoryData):
+        from bgp4.data import train_test_split
         from bgp4.model import build_generator
 
         self.s, self.run = settings, run
         self.device = resolve_device(settings.device)
-        data = load_trajectory(settings.data, n_atoms=22)
         train_idx, test_idx = train_test_split(data.n_frames, settings.test_fraction, settings.seed)
-        if train_idx.size < settings.batch:
-            raise InputError(f"{settings.data} has {train_idx.size} training frames, fewer than one batch of {settings.batch}")
         np.savez(run.file(SPLIT), train=train_idx, test=test_idx)
         self.temperature = float(data.settings.get("temperature", 600.0))
         torch.manual_seed(settings.seed)
@@ -247,7 +245,7 @@ class Trainer:
                 if info is not None:
                     interval.append(info)
                 phase_end = self.step in (self.s.steps, self.total_steps)
-                if self.step % LOG_EVERY == 0 or phase_end:
+                if self.step % LOG_EVERY == 0 or self.step % self.s.eval_every == 0 or phase_end:
                     test = phase_end or self.step % self.s.eval_every == 0
                     record = self._record(interval, test=test)
                     interval = []
@@ -273,7 +271,7 @@ class Trainer:
 
         self.bg.save(self.run.file(MODEL))
         records = list(self.run.records())
-        training_curves(records, self.run.file("training"))
+        training_curves([{**r, "step": r["global_step"]} for r in records], self.run.file("training"))
         tests = [r["test_nll"] for r in records if r.get("test_nll") is not None]
         summary = {
             "steps": self.total_steps, "skipped_steps": self.skipped, "wall_s": round(self.wall, 1),
@@ -295,6 +293,11 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
         if run.settings() != json.loads(json.dumps(asdict(s))):
             raise InputError(f"{run.path} holds a finished run with other settings; use another --out or --overwrite")
         return json.loads(run.file(COMPLETE).read_text()), False
+    resolve_device(s.device)
+    data = load_trajectory(s.data, n_atoms=22)
+    n_train = data.n_frames - int(round(data.n_frames * s.test_fraction))
+    if n_train < s.batch:
+        raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
     run.prepare(json.loads(json.dumps(asdict(s))), overwrite)
-    trainer = Trainer(s, run)
+    trainer = Trainer(s, run, data)
     return trainer.fit(progress=progress), True
