@@ -1,0 +1,127 @@
+"""Sampling, analysis and the pipeline on a tiny real run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mdtraj
+import numpy as np
+import openmm
+import pytest
+
+from bgp4.data import load_trajectory
+from bgp4.errors import InputError
+from bgp4.md import MDSettings, simulate
+from bgp4.report import analyze
+from bgp4.sample import SAMPLE_EXTRAS, SampleSettings, sample_run
+from bgp4.train import TrainSettings, train
+
+TINY = dict(blocks=2, hidden=32, batch=64, steps=100, energy_steps=5, eval_every=50, workers=1)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    data = root / "ala2.h5"
+    simulate(data, MDSettings(frames=2000, equilibration_ps=2.0, replicas=2, seed=5), progress=False)
+    run = root / "p4inv"
+    train(TrainSettings(data=str(data), model="p4inv", **TINY), run, progress=False)
+    sample_run(run, SampleSettings(n=600, batch=250, workers=1), progress=False)
+    return data, run
+
+
+def test_samples_file_holds_energies_and_weights(trained_run, molecule):
+    _, run = trained_run
+    path = run / "samples.h5"
+    assert mdtraj.load(str(path)).n_frames == 600
+    s = load_trajectory(path, 22, extras=SAMPLE_EXTRAS)
+    kT = molecule.kT(600.0)
+    finite, ok = s.extras["finite"].astype(bool), s.extras["in_domain"].astype(bool)
+    good = finite & ok
+    assert good.sum() > 0
+    expected = -s.energies[good] / kT - s.extras["log_q"][good]
+    assert np.allclose(s.extras["log_w"][good], expected, rtol=1e-4, atol=1e-2)
+    assert np.all(np.isneginf(s.extras["log_w"][~good]))
+    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    for i in np.flatnonzero(finite)[:5]:
+        context.setPositions(s.xyz[i].astype(np.float64))
+        e = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+        assert s.energies[i] == pytest.approx(e, rel=1e-3, abs=0.5)
+
+
+def test_sampling_is_skipped_when_complete_and_refused_with_other_settings(trained_run):
+    _, run = trained_run
+    summary, sampled = sample_run(run, SampleSettings(n=600, batch=250, workers=1), progress=False)
+    assert not sampled and summary["samples"] == 600
+    with pytest.raises(InputError, match="other settings"):
+        sample_run(run, SampleSettings(n=700, batch=250, workers=1), progress=False)
+
+
+def test_same_seed_same_samples(trained_run, tmp_path):
+    _, run = trained_run
+    a = tmp_path / "a.h5"
+    b = tmp_path / "b.h5"
+    for out in (a, b):
+        sample_run(run, SampleSettings(n=50, batch=20, seed=3, workers=1), out=out, progress=False)
+    assert np.array_equal(load_trajectory(a).xyz, load_trajectory(b).xyz)
+
+
+def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path):
+    data, run = trained_run
+    metrics = analyze(data, [run], tmp_path / "report", workers=1)
+    model = metrics["models"]["p4inv"]
+    assert model["n_samples"] == 600
+    for key in ("mean_energy_kT", "energy_shift_kT", "low_energy_fraction", "reverse_ess", "ramachandran_kl", "test_nll"):
+        assert key in model
+    assert metrics["md"]["low_energy_fraction"] > 0.99
+    assert metrics["md_noise_0.004nm"]["energy_shift_kT"] > 5.0
+    for stem in ("energies", "ramachandran", "free_energy_phi"):
+        for ext in ("png", "pdf"):
+            assert (tmp_path / "report" / f"{stem}.{ext}").stat().st_size > 1000
+    assert json.loads((tmp_path / "report" / "metrics.json").read_text())["models"]["p4inv"]["n_samples"] == 600
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "| metric | p4inv |" in report and "energies.png" in report
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp_path):
+    data, run = trained_run
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "settings.json").write_text("{}")
+    result = _cli("analyze", str(empty), "--data", str(data), "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert result.returncode == 2 and "no samples" in result.stderr and "Traceback" not in result.stderr
+    water = tmp_path / "water.h5"
+    top = mdtraj.Topology()
+    residue = top.add_residue("HOH", top.add_chain())
+    for name in ("O", "H1", "H2"):
+        top.add_atom(name, mdtraj.element.get_by_symbol(name[0]), residue)
+    mdtraj.Trajectory(np.zeros((5, 3, 3), dtype=np.float32), top).save_hdf5(str(water))
+    result = _cli("analyze", str(run), "--data", str(water), "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert result.returncode == 2 and "atoms" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_sample_refuses_unfinished_run(tmp_path):
+    result = _cli("sample", str(tmp_path / "nothing"), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_pipeline_runs_and_skips_complete_stages(tmp_path, monkeypatch):
+    from bgp4 import pipeline
+
+    tiny = {"md": {"frames": 600, "equilibration_ps": 1.0, "replicas": 2},
+            "train": {**TINY, "steps": 20, "energy_steps": 2, "eval_every": 10},
+            "sample": {"n": 200, "batch": 100, "workers": 1}}
+    monkeypatch.setitem(pipeline.PRESETS, "tiny", tiny)
+    said: list[str] = []
+    metrics = pipeline.run_pipeline("tiny", tmp_path / "out", progress=False, say=said.append)
+    assert set(metrics["models"]) == {"rnvp", "p4inv"}
+    assert (tmp_path / "out" / "report" / "report.md").exists()
+    said.clear()
+    pipeline.run_pipeline("tiny", tmp_path / "out", progress=False, say=said.append)
+    assert sum("skipped" in line for line in said) == 5, said
