@@ -114,7 +114,8 @@ def test_in_domain_flags(transform, frames):
     bad = y.clone()
     bad[0, 5] = -transform.bond_mean[5] / transform.bond_std[5] - 1.0  # bond < 0
     bad[1, 17 + 3] = (math.pi + 0.1 - transform.angle_mean[3]) / transform.angle_std[3]  # angle > pi
-    bad[2, 34 + 0] = (transform.torsion_cut[0] + 2 * math.pi + 0.2 - transform.torsion_mean[0]) / transform.torsion_std[0]
+    beyond_cut = transform.torsion_cut[0] + 2 * math.pi + 0.2
+    bad[2, 34 + 0] = (beyond_cut - transform.torsion_mean[0]) / transform.torsion_std[0]
     assert transform.in_domain(bad).tolist() == [False, False, False, True]
     back, _ = transform.from_cartesian(transform.to_cartesian(bad)[0])
     assert ((back - bad).abs().max(1).values > 1e-3)[:3].all()  # out of domain: no round trip

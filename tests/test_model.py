@@ -26,8 +26,7 @@ def _plain_coupling(c: AffineCoupling) -> tuple[nn.Sequential, nn.Sequential]:
         net = nn.Sequential(nn.Linear(c.n_cond, c.hidden), nn.ReLU(), nn.Linear(c.hidden, c.hidden), nn.ReLU(),
                             nn.Linear(c.hidden, c.dim - c.n_cond)).to(c.w1.dtype)
         with torch.no_grad():
-            net[0].weight.copy_(c.w1[:, k * c.hidden:(k + 1) * c.hidden].T)
-            net[0].bias.copy_(c.b1[k * c.hidden:(k + 1) * c.hidden])
+            net[0].weight.copy_(c.w1[k].T); net[0].bias.copy_(c.b1[k, 0])
             net[2].weight.copy_(c.w2[k].T); net[2].bias.copy_(c.b2[k, 0])
             net[4].weight.copy_(c.w3[k].T); net[4].bias.copy_(c.b3[k, 0])
         nets.append(net)
@@ -123,6 +122,14 @@ def test_save_load_round_trip(kind, frames, molecule, tmp_path):
     assert torch.equal(loaded.log_prob(frames[:64]), model.log_prob(frames[:64]))
     with pytest.raises(InputError):
         load_generator(tmp_path / "missing.pt")
+
+
+def test_dtype_changes_keep_transform_float64(frames, molecule):
+    model = build_generator("rnvp", frames, blocks=1, molecule=molecule, dtype=torch.float64)
+    reference = model.log_prob(frames[:32])
+    model.float()
+    assert model.dtype == torch.float32 and model.transform.bond_mean.dtype == torch.float64
+    assert torch.allclose(model.log_prob(frames[:32]).double(), reference, atol=1e-3)
 
 
 def test_fix_constrained_generator(frames, molecule):

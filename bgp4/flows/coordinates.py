@@ -157,6 +157,15 @@ class MixedCoordinateTransform(nn.Module):
             idx(f"_level{len(self._levels)}", level)
             self._levels.append(f"_level{len(self._levels)}")
 
+    def _apply(self, fn, recurse: bool = True):
+        """Module.to / .float() / .cuda(): move buffers, but keep fitted values in float64."""
+
+        def keep_dtype(t: torch.Tensor) -> torch.Tensor:
+            out = fn(t)
+            return out if out.dtype == t.dtype else t.to(device=out.device)
+
+        return super()._apply(keep_dtype, recurse)
+
     # ------------------------------------------------------------------ structure and fitting
     def structure(self) -> dict:
         """Constructor arguments of an equivalent shell (JSON-friendly)."""
@@ -190,14 +199,15 @@ class MixedCoordinateTransform(nn.Module):
         """
         t, lengths = cls._for_molecule(molecule, fix_constrained, n_rigid_dims)
         zm, fixed = np.asarray(t.z_matrix), t.fixed_rows
-        x = _frames(frames, t.n_atoms).to(_F64).detach()
+        x = _frames(frames, t.n_atoms).detach().to("cpu", _F64)
         if x.shape[0] < 3 * len(t.rigid_block) + 1 or not torch.isfinite(x).all():
             raise InputError(f"fitting needs more than {3 * len(t.rigid_block)} finite frames, got {x.shape[0]}")
         r, a, tor = t.internal_coordinates(x)
         with torch.no_grad():
             free = t._free_rows
             if fixed:
-                t.fixed_bond_length.copy_(torch.tensor([lengths[(min(zm[i, :2]), max(zm[i, :2]))] for i in fixed], dtype=_F64))
+                fixed_lengths = [lengths[(min(zm[i, :2]), max(zm[i, :2]))] for i in fixed]
+                t.fixed_bond_length.copy_(torch.tensor(fixed_lengths, dtype=_F64))
                 off = (r[:, fixed] - t.fixed_bond_length).abs().max().item()
                 if off > 1e-3:
                     raise InputError(f"data break the bond constraints by {off:.2g} nm; fit without fix_constrained")

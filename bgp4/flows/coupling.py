@@ -2,10 +2,11 @@
 
 A coupling keeps the first half x1 and maps the second half x2 -> x2 * exp(s(x1)) + t(x1), where
 t and s are dense nets d1 -> hidden -> hidden -> d2 with ReLU hidden activations and s's output
-passes through tanh times a learnable scalar. The two nets are evaluated as one fused net (the
-first layers side by side in one matmul, the deeper layers as one batched matmul over the pair):
-same parameters and same function as two separate `nn.Sequential`s, with a third of the kernel
-launches, which is what makes a 50-coupling training step cheap on a CPU.
+passes through tanh times a learnable scalar. The two nets are evaluated as one fused net: every
+layer is one batched matmul over the pair (t, s), with activations kept contiguous in a
+(2, batch, features) layout so that no layout copies happen forward or backward. Same parameters
+and same function as two separate `nn.Sequential`s, with a third of the kernel launches, which
+is what makes a 50-coupling training step cheap on a CPU.
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ class AffineCoupling(Flow):
         n_cond: size of the conditioning part x1 (default dim // 2; the paper's halves).
     Parameters (fused storage of the paper's two nets t and s, index 0 = t, 1 = s; c = n_cond,
     d = dim - c):
-        w1 (c, 2 hidden), b1 (2 hidden,): first layers of t and s side by side.
-        w2 (2, hidden, hidden), b2 (2, 1, hidden); w3 (2, hidden, d), b3 (2, 1, d).
+        w1 (2, c, hidden), b1 (2, 1, hidden); w2 (2, hidden, hidden), b2 (2, 1, hidden);
+        w3 (2, hidden, d), b3 (2, 1, d). Layer k of net i computes x @ wk[i] + bk[i].
         scale (1,): the learnable factor on tanh(s).
     The last layers start at zero, so a fresh coupling is the identity (plus its swap).
     """
@@ -62,8 +63,8 @@ class AffineCoupling(Flow):
         self.dim, self.n_cond, self.hidden, self.swap = dim, c, hidden, bool(swap)
         f: dict[str, Any] = {"dtype": dtype or torch.get_default_dtype(), "device": device}
         h = hidden
-        self.w1 = nn.Parameter(torch.empty(c, 2 * h, **f))
-        self.b1 = nn.Parameter(torch.empty(2 * h, **f))
+        self.w1 = nn.Parameter(torch.empty(2, c, h, **f))
+        self.b1 = nn.Parameter(torch.empty(2, 1, h, **f))
         self.w2 = nn.Parameter(torch.empty(2, h, h, **f))
         self.b2 = nn.Parameter(torch.empty(2, 1, h, **f))
         self.w3 = nn.Parameter(torch.zeros(2, h, d, **f))
@@ -77,9 +78,9 @@ class AffineCoupling(Flow):
 
     def shift_and_log_scale(self, x1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """t(x1), s(x1) for x1 (batch, n_cond); s already through tanh and the scalar."""
-        h = torch.relu(torch.addmm(self.b1, x1, self.w1))
-        h = h.view(x1.shape[0], 2, self.hidden).transpose(0, 1)
-        h = torch.relu(torch.baddbmm(self.b2, h, self.w2))
+        # In-place ReLUs are safe: baddbmm's backward does not need its output.
+        h = torch.baddbmm(self.b1, x1.expand(2, -1, -1), self.w1).relu_()
+        h = torch.baddbmm(self.b2, h, self.w2).relu_()
         out = torch.baddbmm(self.b3, h, self.w3)
         return out[0], torch.tanh(out[1]) * self.scale
 

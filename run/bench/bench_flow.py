@@ -1,0 +1,172 @@
+"""Cost of one maximum-likelihood training step of the paper's generators (batch 256, CPU).
+
+A step = Cartesian -> flow coordinates (mixed transform) + flow inverse + log-likelihood +
+backward + Adam step. Times bgp4's RNVP and P4Inv generators and, on the same frames and the
+same transform, a plain RNVP written the obvious way (one nn.Module per layer, t and s as separate
+nn.Sequential, explicit swaps). Checks first that plain and fast RNVP compute the same function
+(weights copied across). Steps are interleaved and repeated; medians and minima are printed,
+since other programs share the cores.
+
+Prints `name: value` lines: train_step_ms_rnvp, train_step_ms_p4inv, train_step_ms_plain_rnvp
+(medians, default torch.optim.Adam), flow_speedup_vs_plain, the minima, the same with
+Adam(fused=True), and plain_vs_fast_max_abs_diff.
+
+Usage: python run/bench/bench_flow.py [--steps 30] [--threads 2] [--frames 3000]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import openmm
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bgp4.flows import AffineCoupling  # noqa: E402
+from bgp4.model import build_generator, n_parameters  # noqa: E402
+from bgp4.molecule import alanine_dipeptide  # noqa: E402
+
+
+def md_frames(molecule, n_frames: int, seed: int = 11) -> np.ndarray:
+    """(n_frames, 22, 3) float64 nm: 600 K Langevin MD (Reference platform), a frame every 10 steps."""
+    integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
+    integrator.setRandomNumberSeed(seed)
+    context = openmm.Context(molecule.system, integrator, openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(molecule.positions)
+    openmm.LocalEnergyMinimizer.minimize(context)
+    context.setVelocitiesToTemperature(600.0, seed)
+    integrator.step(2000)
+    out = np.empty((n_frames, molecule.n_atoms, 3))
+    for i in range(n_frames):
+        integrator.step(10)
+        out[i] = context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
+    return out
+
+
+class PlainCoupling(nn.Module):
+    """The obvious RNVP coupling: separate t and s nets, y2 = x2 exp(s(x1)) + t(x1)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.c = dim // 2
+
+        def net() -> nn.Sequential:
+            return nn.Sequential(nn.Linear(self.c, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, dim - self.c))
+
+        self.t, self.s, self.scale = net(), net(), nn.Parameter(torch.ones(1))
+
+    def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x1, y2 = y[:, : self.c], y[:, self.c:]
+        s = torch.tanh(self.s(x1)) * self.scale
+        return torch.cat([x1, (y2 - self.t(x1)) * torch.exp(-s)], dim=1), -s.sum(dim=1)
+
+
+class PlainSwap(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.c = dim // 2
+
+    def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([y[:, self.c:], y[:, : self.c]], dim=1), torch.zeros(y.shape[0])
+
+
+class PlainRNVP(nn.Module):
+    """blocks x [coupling, swap, coupling, swap] as a plain ModuleList."""
+
+    def __init__(self, dim: int, blocks: int, hidden: int):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for _ in range(blocks):
+            layers += [PlainCoupling(dim, hidden), PlainSwap(dim), PlainCoupling(dim, hidden), PlainSwap(dim)]
+        self.layers = nn.ModuleList(layers)
+
+    def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logdet = torch.zeros(y.shape[0])
+        for layer in reversed(self.layers):
+            y, ld = layer.inverse(y)
+            logdet = logdet + ld
+        return y, logdet
+
+
+def copy_weights(fast_layers, plain: PlainRNVP) -> None:
+    """Load the fused couplings' weights into the plain nets (same function afterwards)."""
+    plain_couplings = [m for m in plain.layers if isinstance(m, PlainCoupling)]
+    fast = [m for m in fast_layers if isinstance(m, AffineCoupling)]
+    with torch.no_grad():
+        for f, p in zip(fast, plain_couplings, strict=True):
+            for k, net in enumerate((p.t, p.s)):
+                net[0].weight.copy_(f.w1[k].T); net[0].bias.copy_(f.b1[k, 0])
+                net[2].weight.copy_(f.w2[k].T); net[2].bias.copy_(f.b2[k, 0])
+                net[4].weight.copy_(f.w3[k].T); net[4].bias.copy_(f.b3[k, 0])
+            p.scale.copy_(f.scale)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=3000)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    molecule = alanine_dipeptide()
+    frames = md_frames(molecule, args.frames)
+    batch = torch.as_tensor(frames[:256], dtype=torch.float32)
+
+    models = {kind: build_generator(kind, frames, molecule=molecule) for kind in ("rnvp", "p4inv")}
+    print(f"parameters_rnvp: {n_parameters(models['rnvp'])}")
+    print(f"parameters_p4inv: {n_parameters(models['p4inv'])}")
+    transform = models["rnvp"].transform
+    plain = PlainRNVP(transform.n_dims, 25, 60)
+    print(f"parameters_plain_rnvp: {n_parameters(plain)}")
+
+    # Same function: random (non-identity) weights in the fast model, copied into the plain one.
+    with torch.no_grad():
+        for p in models["rnvp"].flow.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    copy_weights(models["rnvp"].flow.layers, plain)
+    y, _ = transform.from_cartesian(batch)
+    with torch.no_grad():
+        (z_fast, ld_fast), (z_plain, ld_plain) = models["rnvp"].flow.inverse(y), plain.inverse(y)
+    diff = max((z_fast - z_plain).abs().max().item(), (ld_fast - ld_plain).abs().max().item())
+    print(f"plain_vs_fast_max_abs_diff: {diff:.3g}")
+
+    def plain_nll(x: torch.Tensor) -> torch.Tensor:
+        y, logdet_cart = transform.from_cartesian(x)
+        z, logdet_flow = plain.inverse(y)
+        return -(-0.5 * z.square().sum(1) + logdet_flow + logdet_cart)
+
+    runs = {"rnvp": (models["rnvp"], models["rnvp"].nll), "p4inv": (models["p4inv"], models["p4inv"].nll),
+            "plain_rnvp": (plain, plain_nll)}
+    results: dict[str, list[float]] = {}
+    for fused in (False, True):
+        opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4, fused=fused or None) for k, (m, _) in runs.items()}
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for step in range(args.steps + 3):
+            for name, (_, nll) in runs.items():
+                start = time.perf_counter()
+                loss = nll(batch).mean()
+                opts[name].zero_grad()
+                loss.backward()
+                opts[name].step()
+                if step >= 3:  # warm-up
+                    times[name].append(1e3 * (time.perf_counter() - start))
+        for name, t in times.items():
+            results[name + ("_fused_adam" if fused else "")] = t
+    for name, t in results.items():
+        print(f"train_step_ms_{name}: {statistics.median(t):.1f}")
+        print(f"train_step_ms_min_{name}: {min(t):.1f}")
+    speedup = statistics.median(results["plain_rnvp"]) / statistics.median(results["rnvp"])
+    print(f"flow_speedup_vs_plain: {speedup:.2f}")
+    print(f"flow_speedup_vs_plain_min: {min(results['plain_rnvp']) / min(results['rnvp']):.2f}")
+
+
+if __name__ == "__main__":
+    main()
