@@ -5,8 +5,8 @@ t and s are dense nets d1 -> hidden -> hidden -> d2 with ReLU hidden activations
 passes through tanh times a learnable scalar. The two nets are evaluated as one fused net: every
 layer is one batched matmul over the pair (t, s), with activations kept contiguous in a
 (2, batch, features) layout so that no layout copies happen forward or backward. Same parameters
-and same function as two separate `nn.Sequential`s, with a third of the kernel launches, which
-is what makes a 50-coupling training step cheap on a CPU.
+and same function as two separate `nn.Sequential`s with half the kernel launches and autograd
+nodes (run/bench/bench_flow.py times both).
 """
 from __future__ import annotations
 
