@@ -184,7 +184,7 @@ def plot_losses(problem: Problem, runs: dict[str, dict[str, Any]], path: Path) -
 
 def plot_eigenvalues(problem: Problem, runs: dict[str, dict[str, Any]], path: Path) -> None:
     """Eigenvalues of M in the complex plane over training, one panel per method."""
-    fig = Figure(figsize=(3.0 * len(runs), 3.1))
+    fig = Figure(figsize=(3.0 * len(runs) + 0.8, 3.1), layout="constrained")
     axes = fig.subplots(1, len(runs), squeeze=False)[0]
     target_eigs = torch.linalg.eigvals(problem.target).numpy()
     for ax, (label, run) in zip(axes, runs.items()):
@@ -200,7 +200,7 @@ def plot_eigenvalues(problem: Problem, runs: dict[str, dict[str, Any]], path: Pa
         ax.set_xlabel("Re")
         ax.set_aspect("equal", adjustable="datalim")
     axes[0].set_ylabel("Im")
-    axes[0].legend(loc="lower left")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper")
     _save(fig, path)
 
 
@@ -244,9 +244,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     problems = make_problems(args.seed, getattr(torch, args.dtype), steps)
     jobs = [(p, m) for p in problems for m in p.methods]
-    with ProcessPoolExecutor(max(1, args.jobs), initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        futures = [pool.submit(train, p, m, args.seed) for p, m in jobs]
-        done = [f.result() for f in futures]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            futures = [pool.submit(train, p, m, args.seed) for p, m in jobs]
+            done = [f.result() for f in futures]
+    else:
+        done = [train(p, m, args.seed) for p, m in jobs]
     summary: dict[str, Any] = {"settings": {"lr": LR, "batch": BATCH, "data": "x ~ N(0, I)",
                                             "loss": "mean over batch and dims", "seed": args.seed,
                                             "dtype": args.dtype, "n_force": N_FORCE, "n_correct": N_CORRECT}}

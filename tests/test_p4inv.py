@@ -299,3 +299,50 @@ def test_cuda_matches_cpu():
     sched = P4InvScheduler(gpu, opt, merge_every=1, force_every=1, correct_every=1)
     sched.step()
     assert float(opt.state[gpu.v]["step"]) == 0.0
+
+
+def _load_script(relative: str):
+    """Import a script under run/ as a module (they are not part of the package)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_layers_compute_what_p4inv_computes():
+    """The cost benchmark's baselines are real invertible flows with correct log-dets."""
+    bench = _load_script("run/bench/bench_p4inv.py")
+    torch.manual_seed(13)
+    cpu = torch.device("cpu")
+    layers = [bench.StandardLinear(12, cpu), bench.LULinear(12, cpu), bench.LULinear(12, cpu, invert_matrices=False),
+              P4InvLinear(12, init="reverse")]
+    x = torch.randn(5, 12)
+    with torch.no_grad():
+        for layer in layers:
+            y, ld = layer(x)
+            x_back, ld_inv = layer.inverse(y)
+            assert torch.allclose(x_back, x, atol=1e-4) and torch.allclose(ld_inv, -ld)
+            assert torch.isfinite(bench.kl_evaluation(layer, x, torch.randn(5, 12)))
+        lu = layers[1]
+        L = torch.tril(lu.lower, -1) + torch.eye(12)
+        W = torch.zeros(12, 12)
+        W[lu.perm] = L @ torch.triu(lu.upper)
+        assert torch.allclose(lu(x)[0], x @ W.T + lu.bias, atol=1e-5)
+        assert torch.allclose(lu(x)[1][0], torch.linalg.slogdet(W)[1], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_linear_problems_script_smoke(tmp_path):
+    script = _load_script("run/linear_problems.py")
+    summary = script.main(["--steps", "40", "--out", str(tmp_path), "--jobs", "1"])
+    for name in ("posdef_loss", "posdef_eigenvalues", "orthogonal_eigenvalues", "negeye_det_residual"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+    assert (tmp_path / "summary.json").exists()
+    assert summary["negeye_inverse_recovered"] in (True, False)
+    assert summary["posdef"]["P4Inv N=10"]["schedule"]["accepted"] > 0

@@ -161,14 +161,14 @@ class P4InvLinear(Flow):
         G = 1.0 + self.v @ w
         # One host sync for every decision below.
         finite_uv = torch.isfinite(self.u).all() & torch.isfinite(self.v).all()
-        ok, g = torch.stack([finite_uv.to(G.dtype), G]).tolist()
+        ok, g, log_det = torch.stack([finite_uv.to(G.dtype), G, self.logabsdet]).tolist()
         if not ok:
             self.reset_perturbation()
             return MergeResult.RESET
         if not math.isfinite(g) or g == 0.0:
             return MergeResult.SKIPPED
         log_g = math.log(abs(g))
-        log_det_new = float(self.logabsdet) + log_g
+        log_det_new = log_det + log_g
         sane = log_g >= self.c0_min and self.c1_min <= log_det_new <= self.c1_max
         if not sane and not force:
             return MergeResult.SKIPPED

@@ -95,34 +95,43 @@ def kl_evaluation(flow: Flow, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return nll.mean() + reverse.mean()
 
 
-def time_layer(flow: Flow, device: torch.device, backward: bool, budget_s: float) -> float:
-    """Median seconds per evaluation (robust to other load): one warm-up, then repeats until
-    `budget_s` is spent (at least 3)."""
-    n = next(flow.parameters()).shape[-1]
-    x, z = torch.randn(BATCH, n, device=device), torch.randn(BATCH, n, device=device)
+def time_layers(flows: dict[str, Flow], device: torch.device, backward: bool, budget_s: float) -> dict[str, float]:
+    """Median seconds per evaluation for each flow, timed round-robin (one evaluation of each
+    flow per round) so that load from other processes hits all of them alike. One warm-up,
+    then rounds until `budget_s` per flow is spent (at least 3, at most 200)."""
     sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    inputs = {}
+    for name, flow in flows.items():
+        n = next(flow.parameters()).shape[-1]
+        inputs[name] = (torch.randn(BATCH, n, device=device), torch.randn(BATCH, n, device=device))
 
-    def once() -> None:
+    def once(name: str) -> float:
+        flow, (x, z) = flows[name], inputs[name]
+        start = time.perf_counter()
         loss = kl_evaluation(flow, x, z)
         if backward:
             flow.zero_grad(set_to_none=True)
             loss.backward()
         sync()
+        return time.perf_counter() - start
 
-    once()  # warm-up: allocations, kernels, thread pool
-    times = []
-    while len(times) < 3 or (sum(times) < budget_s and len(times) < 200):
-        start = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    for name in flows:
+        once(name)  # warm-up: allocations, kernels, thread pool
+    times: dict[str, list[float]] = {name: [] for name in flows}
+    while True:
+        for name in flows:
+            times[name].append(once(name))
+        rounds = len(times[name])
+        spent = sum(sum(t) for t in times.values())
+        if rounds >= 200 or (rounds >= 3 and spent >= budget_s * len(flows)):
+            return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> dict[tuple[str, str, int], float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dims", type=int, nargs="+", default=[64, 512, 4096])
     parser.add_argument("--backward", action="store_true", help="also time loss.backward()")
-    parser.add_argument("--budget", type=float, default=1.0, help="seconds of repeats per case")
+    parser.add_argument("--budget", type=float, default=1.0, help="seconds of repeats per layer and size")
     parser.add_argument("--cpu-only", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
@@ -137,16 +146,14 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, str, int], float]:
     print(f"batch: {BATCH}, float32, backward: {args.backward}, cpu threads: {torch.get_num_threads()}")
     for device in devices:
         for n in args.dims:
-            for name, make in layers.items():
-                flow = make(n, device)
-                if name == "p4inv":
-                    with torch.no_grad():  # a generic perturbed state, not the bare permutation
-                        flow.u.normal_(std=0.01)
-                        flow.b.normal_(std=0.01)
-                seconds = time_layer(flow, device, args.backward, args.budget)
+            flows = {name: make(n, device) for name, make in layers.items()}
+            with torch.no_grad():  # P4Inv in a generic perturbed state, not the bare permutation
+                flows["p4inv"].u.normal_(std=0.01)
+                flows["p4inv"].b.normal_(std=0.01)
+            for name, seconds in time_layers(flows, device, args.backward, args.budget).items():
                 results[(name, device.type, n)] = seconds
                 print(f"{name}_{device.type}_{n}_ms: {1e3 * seconds:.3f}", flush=True)
-                del flow
+            del flows
     largest = max(args.dims)
     for device in devices:
         p4 = results[("p4inv", device.type, largest)]
