@@ -5,30 +5,30 @@ u = U/kT (kT in kJ/mol at the given temperature) and forces in kT/nm; `energies_
 plain kJ/mol. A sample that cannot be evaluated (NaN/inf or huge coordinates, overlapping atoms,
 a non-finite OpenMM result, an OpenMM exception) gets energy +inf and zero force.
 
-Workers are fresh interpreters (`python -c`, running `_worker_main` only) that import numpy and
-openmm but never torch or bgp4: they start in about 0.3 s and never re-run the caller's
-`__main__`, as multiprocessing's spawn would. Frames travel as float64 bytes over pipes and the
-per-frame loop runs entirely inside the worker.
+Workers are fresh interpreters running `python -m bgp4._energy_worker` (protocol described there),
+which imports numpy and openmm but never torch or the rest of bgp4: they start in about 0.3 s and
+never re-run the caller's `__main__`, as multiprocessing's spawn would. Frames travel as float64
+bytes over pipes and the per-frame loop runs entirely inside the worker.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import inspect
 import json
 import os
 import select
-import struct
 import subprocess
 import sys
 import threading
 import weakref
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import openmm
 import torch
 
+from bgp4._energy_worker import HEADER as _HEADER, LENGTH as _LENGTH
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.molecule import kT as thermal_energy
 from bgp4.platform import get_platform
@@ -36,7 +36,16 @@ from bgp4.platform import get_platform
 #: Coordinates beyond this many nm are treated as absurd (+inf energy) without calling OpenMM.
 MAX_ABS_COORDINATE_NM = 1.0e4
 _GPU_PLATFORMS = ("CUDA", "OpenCL")
-_HEADER = struct.Struct("<qq")  # request header: (number of frames, want forces)
+
+
+def _worker_command(platform_name: str, props: dict[str, str], die_with_parent: bool) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of one worker; it imports this very bgp4, whatever the cwd, sys.path or install mode."""
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # keeps the cwd (and any bgp4/ there) off its sys.path
+    argv = [sys.executable, *safe_path, "-m", "bgp4._energy_worker", platform_name, json.dumps(props),
+            str(os.getpid()), "01"[die_with_parent]]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p)
+    return argv, env
 
 
 def regularize_energy(u: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
@@ -52,89 +61,6 @@ def regularize_energy(u: torch.Tensor, high: float = 1e3, max: float = 1e9) -> t
     return torch.clamp(torch.where(u > high, soft, u), max=max)
 
 
-def _worker_main() -> None:
-    """Body of one worker process: evaluate frames in one OpenMM Context until EOF or quit.
-
-    argv: platform name, platform properties (JSON), parent pid, "1" to die with the parent thread.
-    Protocol (little endian): the parent sends the system XML (int64 length + bytes); the worker
-    answers int64 0 when ready, or int64 n + n bytes of error text. Then requests: int64 n frames,
-    int64 want_forces, n*n_atoms*3 float64 nm; reply: n float64 energies (kJ/mol, +inf where the
-    result is not finite), then if asked n*n_atoms*3 float64 forces (kJ/mol/nm). EOF ends it.
-    """
-    import ctypes, json, math, os, signal, struct, sys  # noqa: E401 (kept short: this runs as a script)
-
-    import numpy as np
-    import openmm
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which closes us.
-    platform_name, props, parent_pid, die_with_parent = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    if die_with_parent == "1" and sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent_pid:
-            os._exit(0)  # the parent died before prctl took effect
-    # Keep private copies of the pipes and point fds 0/1 elsewhere, so stray prints cannot corrupt them.
-    in_fd, out_fd = os.dup(0), os.dup(1)
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    os.dup2(2, 1)
-
-    def read_exact(n: int) -> bytearray | None:
-        buf, got = bytearray(n), 0
-        while got < n:
-            k = os.readv(in_fd, [memoryview(buf)[got:]])
-            if k == 0:
-                return None
-            got += k
-        return buf
-
-    def write_all(data: bytes | memoryview) -> None:
-        view = memoryview(data).cast("B")
-        while len(view):
-            view = view[os.write(out_fd, view):]
-
-    if (raw := read_exact(8)) is None or (xml := read_exact(struct.unpack("<q", raw)[0])) is None:
-        return
-    try:
-        system = openmm.XmlSerializer.deserialize(xml.decode())
-        platform = openmm.Platform.getPlatformByName(platform_name)
-        context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform, props)
-        context.setPositions(0.3 * np.arange(3.0 * system.getNumParticles()).reshape(-1, 3))
-        state = context.getState(getEnergy=True, getForces=True)
-        # The loop reads raw values (4 us/frame faster than value_in_unit); check their units once.
-        kj = openmm.unit.kilojoule_per_mole
-        if state.getPotentialEnergy().unit != kj or state.getForces(asNumpy=True).unit != kj / openmm.unit.nanometer:
-            raise RuntimeError("unexpected OpenMM state units")
-    except Exception as exc:  # report any start-up failure to the parent as text
-        message = f"{type(exc).__name__}: {exc}".encode()
-        write_all(struct.pack("<q", len(message)) + message)
-        return
-    n_atoms = system.getNumParticles()
-    write_all(struct.pack("<q", 0))
-    while (header := read_exact(16)) is not None:
-        n, want_forces = struct.unpack("<qq", header)
-        if (data := read_exact(n * n_atoms * 24)) is None:
-            return
-        frames = np.frombuffer(data, dtype=np.float64).reshape(n, n_atoms, 3)
-        energies = np.full(n, math.inf)
-        forces = np.zeros((n, n_atoms, 3)) if want_forces else None
-        for i in range(n):
-            try:
-                context.setPositions(frames[i])
-                state = context.getState(getEnergy=True, getForces=bool(want_forces))
-                energies[i] = state.getPotentialEnergy()._value
-                if want_forces:
-                    forces[i] = state.getForces(asNumpy=True)._value
-            except Exception:  # an OpenMM failure on one frame makes that frame +inf
-                energies[i] = math.inf
-        bad = ~np.isfinite(energies)
-        if want_forces:
-            bad |= ~np.isfinite(forces).all(axis=(1, 2))
-            forces[bad] = 0.0
-        energies[bad] = math.inf
-        write_all(energies.data)
-        if want_forces:
-            write_all(forces.data)
-
-
 class _WorkerDied(Exception):
     """A worker's pipe broke (the process died or was killed)."""
 
@@ -145,16 +71,16 @@ class _Worker:
     def __init__(self, xml: bytes, platform_name: str, props: dict[str, str]) -> None:
         # PR_SET_PDEATHSIG fires when the creating *thread* exits, so only ask for it from the main thread.
         main_thread = threading.current_thread() is threading.main_thread()
-        code = inspect.getsource(_worker_main) + "\n_worker_main()\n"
-        argv = [sys.executable, "-c", code, platform_name, json.dumps(props), str(os.getpid()), "01"[main_thread]]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True)
+        argv, env = _worker_command(platform_name, props, main_thread)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
+                                     env=env)
         self.pid = self.proc.pid
         self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         for fd in (self.in_fd, self.out_fd):  # 1 MiB pipes: a chunk crosses in one write, not 64 KiB steps
             with contextlib.suppress(OSError, AttributeError):
                 fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
         with contextlib.suppress(_WorkerDied):  # a worker that died at once is reported by wait_ready
-            self._write(struct.pack("<q", len(xml)) + xml)
+            self._write(_LENGTH.pack(len(xml)) + xml)
 
     def wait_ready(self) -> None:
         """Block until the worker has built its Context; Bgp4Error (worker killed) if it could not."""
