@@ -16,7 +16,7 @@ from bgp4.errors import InputError
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "quick": {
         "md": {"frames": 50_000, "equilibration_ps": 20.0},
-        "train": {"steps": 2_000, "energy_steps": 200, "eval_every": 500},
+        "train": {"steps": 4_000, "energy_steps": 400, "eval_every": 500},
         "sample": {"n": 20_000},
     },
     "paper": {

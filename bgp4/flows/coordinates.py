@@ -9,8 +9,10 @@ sum_i y_i x ref_i = 0, so no internal motion is lost).
 Flow coordinates, (batch, n_dims), in this order: free bonds, angles, torsions, rigid-block PCA.
     bond  r   = bond_mean + bond_std * y            (nm)
     angle a   = angle_mean + angle_std * y          (rad, domain (0, pi))
-    torsion t = torsion_mean + torsion_std * y      (rad, domain [cut, cut + 2 pi): the branch cut
-                sits in the least populated histogram bin of the training data)
+    torsion t = cut + 2 pi sigmoid(torsion_mean + torsion_std * y)
+                                                    (rad, in (cut, cut + 2 pi): the branch cut sits
+                in the least populated histogram bin of the training data, and the logit makes
+                every real y a valid torsion, so no flow sample can cross the cut)
 With `fix_constrained` the constrained X-H bonds are fixed at their constraint lengths.
 
 Directions follow the generator (z -> x): `forward` / `to_cartesian` map flow coordinates to
@@ -37,6 +39,19 @@ __all__ = ["MixedCoordinateTransform"]
 
 _F64 = torch.float64
 TWO_PI = 2.0 * math.pi
+_LOGIT_EPS = 1e-12  # torsions exactly at the cut would map to -inf
+
+
+def _torsion_logit(t: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torsions (rad) -> logit of their position in (cut, cut + 2 pi), and log|dt/du| (B,)."""
+    s = (torch.remainder(t - cut, TWO_PI) / TWO_PI).clamp(_LOGIT_EPS, 1.0 - _LOGIT_EPS)
+    return s.log() - (-s).log1p(), (math.log(TWO_PI) + s.log() + (-s).log1p()).sum(1)
+
+
+def _torsion_from_logit(u: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of `_torsion_logit`: torsions in (cut, cut + 2 pi) and log|dt/du| (B,)."""
+    logsig = torch.nn.functional.logsigmoid
+    return cut + TWO_PI * torch.sigmoid(u), (math.log(TWO_PI) + logsig(u) + logsig(-u)).sum(1)
 
 
 def _frames(x: torch.Tensor | np.ndarray, n_atoms: int) -> torch.Tensor:
@@ -214,8 +229,8 @@ class MixedCoordinateTransform(nn.Module):
             t.bond_mean.copy_(r[:, free].mean(0)); t.bond_std.copy_(r[:, free].std(0).clamp_min(min_std))
             t.angle_mean.copy_(a.mean(0)); t.angle_std.copy_(a.std(0).clamp_min(min_std))
             t.torsion_cut.copy_(_sparsest_cut(tor, torsion_bins))
-            unwrapped = t.torsion_cut + torch.remainder(tor - t.torsion_cut, TWO_PI)
-            t.torsion_mean.copy_(unwrapped.mean(0)); t.torsion_std.copy_(unwrapped.std(0).clamp_min(min_std))
+            logit, _ = _torsion_logit(tor, t.torsion_cut)
+            t.torsion_mean.copy_(logit.mean(0)); t.torsion_std.copy_(logit.std(0).clamp_min(min_std))
             t._fit_rigid(x[:, t._rigid_idx], max_rmsd)
         return t
 
@@ -279,19 +294,20 @@ class MixedCoordinateTransform(nn.Module):
         return list(y.split([self.n_free_bonds, self.n_ic, self.n_ic, self.n_rigid_dims], dim=1))
 
     def _unnormalize(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Bonds (all rows), angles, torsions, rigid block (B, n_rb, 3) from flow coordinates (float64)."""
+        """Bonds (all rows), angles, torsions, rigid block (B, n_rb, 3) from flow coordinates (float64),
+        and log|dt/du| (B,) of the torsions' sigmoid."""
         yb, ya, yt, yr = self._split(y.to(_F64))
         fixed = self._b("fixed_bond_length").expand(y.shape[0], -1)
         bonds = torch.cat((self._b("bond_mean") + self._b("bond_std") * yb, fixed), dim=1)[:, self._bond_gather]
         angles = self._b("angle_mean") + self._b("angle_std") * ya
-        torsions = self._b("torsion_mean") + self._b("torsion_std") * yt
+        torsions, torsion_logjac = _torsion_from_logit(self._b("torsion_mean") + self._b("torsion_std") * yt, self._b("torsion_cut"))
         block = self._b("rigid_mean") + (yr * self._b("pca_std")) @ self._b("pca_vectors").T
-        return bonds, angles, torsions, block.view(y.shape[0], -1, 3)
+        return bonds, angles, torsions, block.view(y.shape[0], -1, 3), torsion_logjac
 
     # ------------------------------------------------------------------ the two directions
     def to_cartesian(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Flow coordinates (B, n_dims) -> positions (B, n_atoms, 3) nm and log|det J| (B,)."""
-        bonds, angles, torsions, block = self._unnormalize(y)
+        bonds, angles, torsions, block, torsion_logjac = self._unnormalize(y)
         pos = block.new_zeros(y.shape[0], self.n_atoms, 3).index_copy(1, self._rigid_idx, block)
         cols = self._ic_cols
         for name in self._levels:
@@ -299,7 +315,7 @@ class MixedCoordinateTransform(nn.Module):
             atom, b, a, t = cols[:, rows]
             new = _place(pos[:, t], pos[:, a], pos[:, b], bonds[:, rows], angles[:, rows], torsions[:, rows])
             pos = pos.index_copy(1, atom, new)
-        logdet = (2.0 * bonds.abs().log() + angles.sin().abs().log()).sum(1) + self._log_scale()
+        logdet = (2.0 * bonds.abs().log() + angles.sin().abs().log()).sum(1) + torsion_logjac + self._log_scale()
         return pos.to(y.dtype), logdet.to(y.dtype)
 
     def from_cartesian(self, x: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,16 +328,15 @@ class MixedCoordinateTransform(nn.Module):
         dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
         x = x.to(_F64)
         bonds, angles, torsions = self.internal_coordinates(x)
-        cut = self._b("torsion_cut")
-        torsions = cut + torch.remainder(torsions - cut, TWO_PI)
+        logits, torsion_logjac = _torsion_logit(torsions, self._b("torsion_cut"))
         block = self._align_block(x[:, self._rigid_idx]).reshape(x.shape[0], -1)
         y = torch.cat((
             (bonds[:, self._free_rows] - self._b("bond_mean")) / self._b("bond_std"),
             (angles - self._b("angle_mean")) / self._b("angle_std"),
-            (torsions - self._b("torsion_mean")) / self._b("torsion_std"),
+            (logits - self._b("torsion_mean")) / self._b("torsion_std"),
             ((block - self._b("rigid_mean")) @ self._b("pca_vectors")) / self._b("pca_std"),
         ), dim=1)
-        logdet = (2.0 * bonds.log() + angles.sin().log()).sum(1) + self._log_scale()
+        logdet = (2.0 * bonds.log() + angles.sin().log()).sum(1) + torsion_logjac + self._log_scale()
         return y.to(dtype), (-logdet).to(dtype)
 
     def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -341,10 +356,10 @@ class MixedCoordinateTransform(nn.Module):
         densities computed along z -> x are not those of the sample.
         """
         with torch.no_grad():
-            bonds, angles, torsions, block = self._unnormalize(y)
+            bonds, angles, torsions, block, _ = self._unnormalize(y)
             cut = self._b("torsion_cut")
             ok = (bonds > 0).all(1) & ((angles > 0) & (angles < math.pi)).all(1)
-            ok &= ((torsions >= cut) & (torsions < cut + TWO_PI)).all(1)
+            ok &= ((torsions >= cut) & (torsions <= cut + TWO_PI)).all(1)  # by construction
             return ok & torch.isfinite(y).all(1)
 
     def reconstruction_error(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
