@@ -117,7 +117,7 @@ def train(
     correct_every: Optional[int] = typer.Option(None, "--correct-every", help="P4Inv: correct the inverse every n-th attempt." + _d("correct_every")),
     test_fraction: Optional[float] = typer.Option(None, "--test-fraction", help="Share of frames held out for the test NLL." + _d("test_fraction")),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Steps between test-NLL evaluations." + _d("eval_every")),
-    fix_constrained: Optional[bool] = typer.Option(None, "--fix-constrained/--learn-constrained", help="Hold the 12 constrained X-H bonds at their lengths (48 flow dims)." + _d("fix_constrained")),
+    fix_constrained: Optional[bool] = typer.Option(None, "--fix-constrained/--learn-constrained", help="Hold the constrained X-H bonds at their lengths (49 flow dims: HA-CA lies in the rigid block)." + _d("fix_constrained")),
     device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
     seed: Optional[int] = typer.Option(None, help="Random seed (split, initialization, batches, samples)." + _d("seed")),
     workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -237,6 +239,7 @@ class Trainer:
             energy = OpenMMEnergy(alanine_dipeptide().system, self.temperature, n_workers=self.s.workers or None)
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
         last_save, interval, record = time.monotonic(), [], {}
+        stop = _StopRequest()
         try:
             while self.step < self.total_steps:
                 started = time.perf_counter()
@@ -258,10 +261,11 @@ class Trainer:
                     self.checkpoint()
                     last_save = time.monotonic()
                 bar.update(1)
-        except KeyboardInterrupt:
-            self.checkpoint()
-            raise
+                if stop.requested:  # Ctrl-C or SIGTERM: save at a step boundary, then stop
+                    self.checkpoint()
+                    raise KeyboardInterrupt
         finally:
+            stop.restore()
             bar.close()
             if energy is not None:
                 energy.close()
@@ -282,6 +286,30 @@ class Trainer:
         }
         self.run.write_json(COMPLETE, summary)
         return summary
+
+
+class _StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps (main thread only).
+
+    A checkpoint taken in the middle of a step would hold a half-applied update; waiting for
+    the step boundary keeps a resumed run identical to an unbroken one.
+    """
+
+    def __init__(self):
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:

@@ -129,3 +129,30 @@ def test_settings_validation():
         TrainSettings(test_fraction=1.5).validated()
     with pytest.raises(InputError):
         TrainSettings(device="tpu").validated()
+
+
+def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
+    import signal
+    import time
+
+    args = ["--data", str(md_file), "--model", "p4inv", "--blocks", "2", "--hidden", "32", "--batch", "64",
+            "--steps", "800", "--energy-steps", "0", "--merge-every", "5", "--eval-every", "50", "--quiet"]
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen([sys.executable, "-m", "bgp4.cli", "train", "--out", str(out), *args],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and sum(1 for _ in RunDirectory(out).records()) < 2:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    saved = torch.load(out / "checkpoint.pt", weights_only=False)["step"]
+    assert 0 < saved < 800
+    assert all(r["global_step"] <= saved for r in RunDirectory(out).records())
+    resumed = _cli("train", "--out", str(out), *args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    unbroken = _cli("train", "--out", str(tmp_path / "unbroken"), *args, cwd=tmp_path)
+    assert unbroken.returncode == 0, unbroken.stderr
+    a = torch.load(out / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
