@@ -93,7 +93,7 @@ def simulate(
 
 
 def _d(name: str) -> str:
-    from bgp4.train import TrainSettings
+    from bgp4.config import TrainSettings
 
     return f" [default: {getattr(TrainSettings(), name)}]"
 
@@ -131,7 +131,8 @@ def train(
     resumes from its last checkpoint; rerunning a finished run reports it and exits.
     """
     from bgp4.config import merge_settings, read_config_file
-    from bgp4.train import TrainSettings, train as run_training
+    from bgp4.config import TrainSettings
+    from bgp4.train import train as run_training
 
     flags = dict(
         data=str(data) if data else None, model=model, steps=steps, batch=batch, lr=lr, energy_steps=energy_steps,

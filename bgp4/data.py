@@ -52,7 +52,9 @@ def write_trajectory(
     """
     path = Path(path)
     tmp = path.with_name(path.stem + ".tmp" + path.suffix)  # mdtraj wants the .h5 suffix
-    with mdtraj.formats.HDF5TrajectoryFile(str(tmp), "w") as f:
+    # zlib saves only a quarter of the size of float32 coordinates but makes writing 500,000
+    # frames take 3.6 s instead of 0.15 s (and reading 1.1 s instead of 0.1 s)
+    with mdtraj.formats.HDF5TrajectoryFile(str(tmp), "w", compression=None) as f:
         f.topology = topology
         for chunk in chunks:
             f.write(**chunk)

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from bgp4.config import MODELS
 from bgp4.errors import InputError
 
 #: Presets: `quick` shows the main result on 2 CPU cores in minutes; `paper` is the full reproduction.
@@ -25,7 +26,6 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "sample": {"n": 100_000},
     },
 }
-MODELS = ("rnvp", "p4inv")
 
 
 def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "auto", progress: bool = True,
@@ -35,7 +35,8 @@ def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "aut
     from bgp4.md import MDSettings, simulate
     from bgp4.report import analyze
     from bgp4.sample import SampleSettings, sample_run
-    from bgp4.train import TrainSettings, train
+    from bgp4.config import TrainSettings
+    from bgp4.train import train
 
     if preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")

@@ -8,72 +8,24 @@ scheduler, random generators, counters) is checkpointed, so a resumed run equals
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from bgp4.config import MODELS, TrainSettings  # noqa: F401 - TrainSettings is part of this API
 from bgp4.data import TrajectoryData, load_trajectory
 from bgp4.errors import InputError
 from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, SPLIT, RunDirectory
 
-MODELS = ("rnvp", "p4inv")
 LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
 TEST_FRAMES = 10_000  # held-out frames scored at each evaluation
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Everything that defines a training run; the defaults are the paper's (REFERENCE section 4)."""
-
-    data: str = "data/ala2-600K.h5"
-    model: str = "p4inv"
-    steps: int = 40_000
-    batch: int = 256
-    lr: float = 1e-3
-    energy_steps: int = 2_000
-    energy_lr: float = 1e-5
-    energy_weight: float = 0.05  # w_e / w_l
-    blocks: int = 25
-    hidden: int = 60
-    merge_every: int = 100
-    force_every: int = 10
-    correct_every: int = 50
-    test_fraction: float = 0.1
-    eval_every: int = 1_000
-    fix_constrained: bool = False
-    device: str = "auto"
-    seed: int = 0
-    workers: int = 0  # energy-bridge processes; 0: one per core
-    checkpoint_minutes: float = 5.0
-
-    def validated(self) -> "TrainSettings":
-        """A copy with the data path made absolute; raises InputError for impossible values."""
-        if self.model not in MODELS:
-            raise InputError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
-        for name in ("steps", "energy_steps", "workers"):
-            if getattr(self, name) < 0:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch", "blocks", "hidden", "merge_every", "force_every", "correct_every", "eval_every"):
-            if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("lr", "energy_lr", "checkpoint_minutes"):
-            if not getattr(self, name) > 0:
-                raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.energy_weight < 0:
-            raise InputError(f"--energy-weight must be >= 0, got {self.energy_weight}")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise InputError(f"--test-fraction must be in (0, 1), got {self.test_fraction}")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise InputError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
-        return dataclasses.replace(self, data=str(Path(self.data).expanduser().resolve()))
 
 
 def resolve_device(name: str) -> torch.device:
