@@ -75,7 +75,7 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
             raise ValueError
         if kind.startswith("str"):
             return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"setting {name!r} has a bad value {value!r} (expected {kind})") from None
     return value
 
@@ -112,7 +112,7 @@ class TrainSettings:
         """A copy with the data path made absolute; raises InputError for impossible values."""
         if self.model not in MODELS:
             raise InputError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
-        for name in ("steps", "energy_steps", "workers"):
+        for name in ("steps", "energy_steps", "workers", "seed"):
             if getattr(self, name) < 0:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         for name in ("batch", "blocks", "hidden", "merge_every", "force_every", "correct_every", "eval_every"):

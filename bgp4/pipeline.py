@@ -47,7 +47,8 @@ def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "aut
     if data.exists():
         stored = read_settings(data)
         wanted = dataclasses.asdict(md.resolved())
-        if any(stored.get(k) != v for k, v in wanted.items()):
+        # the replica count follows the cores of the machine that made the data
+        if any(stored.get(k) != v for k, v in wanted.items() if k != "replicas"):
             raise InputError(f"{data} was made with other MD settings; remove it or use another --out")
         say(f"simulate: {data} is complete, skipped")
     else:

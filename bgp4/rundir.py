@@ -36,7 +36,9 @@ class RunDirectory:
 
     def prepare(self, settings: dict[str, Any], overwrite: bool) -> None:
         """Create the directory, or check that an existing run has the same settings."""
-        if overwrite and self.path.exists():
+        if overwrite and self.path.is_dir():
+            if any(self.path.iterdir()) and not self.file(SETTINGS).exists():
+                raise InputError(f"{self.path} is not a bgp4 run directory; --overwrite only replaces runs")
             shutil.rmtree(self.path)
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"run directory {self.path} is a file")

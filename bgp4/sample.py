@@ -39,6 +39,8 @@ class SampleSettings:
             raise InputError(f"--batch must be at least 1, got {self.batch}")
         if self.workers < 0:
             raise InputError(f"--workers must be >= 0, got {self.workers}")
+        if self.seed < 0:
+            raise InputError(f"--seed must be >= 0, got {self.seed}")
         return self
 
 
@@ -83,6 +85,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     torch.manual_seed(s.seed)
     chunks: list[dict[str, np.ndarray]] = []
     extras: dict[str, list[np.ndarray]] = {k: [] for k in SAMPLE_EXTRAS}
+    energies: list[np.ndarray] = []  # kJ/mol, float64 (the file keeps float32)
     with OpenMMEnergy(molecule.system, temperature, n_workers=s.workers or None) as energy, \
             tqdm(total=s.n, desc="sample", unit="sample", disable=not progress) as bar:
         done = 0
@@ -97,12 +100,13 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
             finite = np.isfinite(e) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
             log_w = np.where(finite & ok, -e / kT - log_q, -np.inf)
             chunks.append({"coordinates": x.astype(np.float32), "potentialEnergy": e.astype(np.float32)})
+            energies.append(e)
             for name, values in zip(SAMPLE_EXTRAS, (log_q, log_w, finite, ok)):
                 extras[name].append(values)
             done += b
             bar.update(b)
     joined = {k: np.concatenate(v) for k, v in extras.items()}
-    summary = _summary(np.concatenate([c["potentialEnergy"] for c in chunks]).astype(np.float64) / kT, joined)
+    summary = _summary(np.concatenate(energies) / kT, joined)
     record["summary"] = json.dumps(summary)
     record["temperature"] = temperature
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,7 @@ class Trainer:
         self.step = 0
         self.skipped = 0
         self.wall = 0.0
+        self.interval: list[dict[str, float]] = []  # step infos since the last metrics record
         self._make_optimizer()
 
     # -- state -------------------------------------------------------------------------
@@ -90,7 +91,7 @@ class Trainer:
             "model": self.bg.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "batch_rng": self.batch_gen.get_state(),
+            "batch_rng": self.batch_gen.get_state(), "interval": self.interval,
         })
 
     def restore(self) -> bool:
@@ -99,6 +100,7 @@ class Trainer:
             return False
         state = self.run.load_torch(CHECKPOINT, map_location=self.device)
         self.step, self.skipped, self.wall = state["step"], state["skipped"], state["wall"]
+        self.interval = list(state.get("interval", []))
         self.bg.load_state_dict(state["model"])
         self._make_optimizer()
         self.optimizer.load_state_dict(state["optimizer"])
@@ -133,13 +135,16 @@ class Trainer:
         nll = self._nll(self.train_y[0][idx], self.train_y[1][idx]).mean()
         if self.phase == "ml":
             return nll, {"train_nll": float(nll.detach())}
+        from bgp4.energy import regularize_energy
+
         x, log_q, ok = self.bg.sample(self.s.batch, with_flags=True)
-        u = energy.regularized(x)
+        raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
+        u = regularize_energy(raw)
         # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
         kl = (u + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
         w_l = 1.0 / (1.0 + self.s.energy_weight)
         loss = w_l * nll + (1.0 - w_l) * kl
-        finite_u = u[ok & torch.isfinite(u)]
+        finite_u = raw[ok & torch.isfinite(raw)]
         return loss, {
             "train_nll": float(nll.detach()), "reverse_kl": float(kl.detach()),
             "energy_kT": float(finite_u.detach().mean()) if finite_u.numel() else math.nan,
@@ -185,12 +190,13 @@ class Trainer:
         from bgp4.molecule import alanine_dipeptide
 
         if not self.restore():
+            self.run.truncate_log(-1)  # records of a run killed before its first checkpoint
             self._record([], test=True)
         energy = None
         if self.s.energy_steps > 0:
             energy = OpenMMEnergy(alanine_dipeptide().system, self.temperature, n_workers=self.s.workers or None)
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
-        last_save, interval, record = time.monotonic(), [], {}
+        last_save, record = time.monotonic(), {}
         stop = _StopRequest()
         try:
             while self.step < self.total_steps:
@@ -199,12 +205,12 @@ class Trainer:
                 self.step += 1
                 self.wall += time.perf_counter() - started
                 if info is not None:
-                    interval.append(info)
+                    self.interval.append(info)
                 phase_end = self.step in (self.s.steps, self.total_steps)
                 if self.step % LOG_EVERY == 0 or self.step % self.s.eval_every == 0 or phase_end:
                     test = phase_end or self.step % self.s.eval_every == 0
-                    record = self._record(interval, test=test)
-                    interval = []
+                    record = self._record(self.interval, test=test)
+                    self.interval = []
                     bar.set_postfix({k: f"{record[k]:.3g}" for k in ("train_nll", "test_nll", "energy_kT") if record.get(k) is not None})
                 if self.step == self.s.steps and self.s.energy_steps:
                     self._make_optimizer()  # phase 2 starts with a fresh Adam at the energy lr
@@ -228,7 +234,9 @@ class Trainer:
 
         self.bg.save(self.run.file(MODEL))
         records = list(self.run.records())
-        training_curves([{**r, "step": r["global_step"]} for r in records], self.run.file("training"))
+        curves = [{**r, "step": r["global_step"], "energy": r.get("energy_kT"),
+                   "p4inv_residual": r.get("p4inv_last_residual")} for r in records]
+        training_curves(curves, self.run.file("training"))
         tests = [r["test_nll"] for r in records if r.get("test_nll") is not None]
         summary = {
             "steps": self.total_steps, "skipped_steps": self.skipped, "wall_s": round(self.wall, 1),
@@ -276,7 +284,10 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
         return json.loads(run.file(COMPLETE).read_text()), False
     resolve_device(s.device)
     data = load_trajectory(s.data, n_atoms=22)
-    n_train = data.n_frames - int(round(data.n_frames * s.test_fraction))
+    n_test = int(round(data.n_frames * s.test_fraction))
+    if n_test < 1:
+        raise InputError(f"--test-fraction {s.test_fraction} leaves no test frames out of {data.n_frames}")
+    n_train = data.n_frames - n_test
     if n_train < s.batch:
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
     run.prepare(json.loads(json.dumps(asdict(s))), overwrite)
