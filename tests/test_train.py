@@ -118,6 +118,8 @@ def test_bad_inputs_are_refused_cleanly(md_file, tmp_path):
         (["--data", str(md_file), "--batch", "100000"], "fewer than one batch"),
         (["--data", str(md_file), "--steps", "-5"], "--steps"),
         (["--data", str(md_file), "--model", "glow"], "unknown model"),
+        (["--data", str(md_file), "--seed", "-1"], "--seed"),
+        (["--data", str(md_file), "--test-fraction", "0.0001"], "no test frames"),
     ]
     for args, message in cases:
         line = _one_line_error(_cli("train", "--out", str(tmp_path / "bad"), *args, "--quiet", cwd=tmp_path))
@@ -156,3 +158,12 @@ def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
     a = torch.load(out / "model.pt", weights_only=True)["state_dict"]
     b = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_overwrite_refuses_a_directory_that_is_not_a_run(md_file, tmp_path):
+    precious = tmp_path / "notes"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("keep me")
+    result = _cli("train", "--data", str(md_file), "--out", str(precious), "--overwrite", "--quiet", cwd=tmp_path)
+    assert "not a bgp4 run directory" in _one_line_error(result)
+    assert (precious / "thesis.tex").read_text() == "keep me"
