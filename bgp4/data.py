@@ -68,7 +68,12 @@ def write_trajectory(
 def read_settings(path: str | os.PathLike) -> dict[str, Any]:
     """The bgp4 settings stored in a trajectory file ({} for a plain mdtraj file)."""
     with tables.open_file(str(path), "r") as h5:
-        raw = h5.root._v_attrs[SETTINGS_ATTR] if SETTINGS_ATTR in h5.root._v_attrs._v_attrnames else None
+        return _settings_of(h5)
+
+
+def _settings_of(h5: tables.File) -> dict[str, Any]:
+    attrs = h5.root._v_attrs
+    raw = attrs[SETTINGS_ATTR] if SETTINGS_ATTR in attrs._v_attrnames else None
     return json.loads(raw) if raw else {}
 
 
@@ -93,11 +98,11 @@ def load_trajectory(path: str | os.PathLike, n_atoms: int | None = None, extras:
     energies = np.full(xyz.shape[0], np.nan) if energies is None else np.asarray(energies, dtype=np.float64)
     stored: dict[str, np.ndarray] = {}
     with tables.open_file(str(path), "r") as h5:
-        raw = h5.root._v_attrs[SETTINGS_ATTR] if SETTINGS_ATTR in h5.root._v_attrs._v_attrnames else None
+        settings = _settings_of(h5)
         for name in extras:
             if name in h5.root:
                 stored[name] = np.asarray(h5.get_node(h5.root, name).read())
-    return TrajectoryData(xyz, energies, topology, json.loads(raw) if raw else {}, stored)
+    return TrajectoryData(xyz, energies, topology, settings, stored)
 
 
 def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

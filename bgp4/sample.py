@@ -72,8 +72,9 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     record = {"kind": "samples", "run": str(run.path.resolve()), "model": train_settings["model"], **asdict(s)}
     record.pop("workers")
     if out.exists() and not overwrite:
-        if {k: read_settings(out).get(k) for k in record} == record:
-            return json.loads(read_settings(out).get("summary", "{}")), False
+        stored = read_settings(out)
+        if {k: stored.get(k) for k in record} == record:
+            return json.loads(stored.get("summary", "{}")), False
         raise InputError(f"{out} exists with other settings; pass --overwrite to replace it")
 
     device = resolve_device(s.device)
