@@ -121,6 +121,7 @@ def train(
     device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
     seed: Optional[int] = typer.Option(None, help="Random seed (split, initialization, batches, samples)." + _d("seed")),
     workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),
+    compile_mode: Optional[str] = typer.Option(None, "--compile", help="torch.compile the likelihood step: auto|on|off. auto compiles CPU runs of at least 3,000 steps (about a minute once, then ~40% faster steps); a failed compile falls back to plain PyTorch." + _d("compile")),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML or YAML file with any of these settings; flags win."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Discard an existing run in --out and train again."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -138,7 +139,7 @@ def train(
         data=str(data) if data else None, model=model, steps=steps, batch=batch, lr=lr, energy_steps=energy_steps,
         energy_lr=energy_lr, energy_weight=energy_weight, blocks=blocks, hidden=hidden, merge_every=merge_every,
         force_every=force_every, correct_every=correct_every, test_fraction=test_fraction, eval_every=eval_every,
-        fix_constrained=fix_constrained, device=device, seed=seed, workers=workers,
+        fix_constrained=fix_constrained, device=device, seed=seed, workers=workers, compile=compile_mode,
     )
     settings = merge_settings(TrainSettings, read_config_file(config) if config else {}, flags)
     summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)

@@ -81,6 +81,7 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
 
 
 MODELS = ("rnvp", "p4inv")
+COMPILE_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class TrainSettings:
     seed: int = 0
     workers: int = 0  # energy-bridge processes; 0: one per core
     checkpoint_minutes: float = 5.0
+    compile: str = "auto"  # torch.compile the likelihood step: auto|on|off (auto: long CPU runs)
 
     def validated(self) -> "TrainSettings":
         """A copy with the data path made absolute; raises InputError for impossible values."""
@@ -125,6 +127,8 @@ class TrainSettings:
             raise InputError(f"--energy-weight must be >= 0, got {self.energy_weight}")
         if not 0.0 < self.test_fraction < 1.0:
             raise InputError(f"--test-fraction must be in (0, 1), got {self.test_fraction}")
+        if self.compile not in COMPILE_MODES:
+            raise InputError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise InputError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
         return dataclasses.replace(self, data=str(Path(self.data).expanduser().resolve()))

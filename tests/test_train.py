@@ -131,6 +131,37 @@ def test_settings_validation():
         TrainSettings(test_fraction=1.5).validated()
     with pytest.raises(InputError):
         TrainSettings(device="tpu").validated()
+    with pytest.raises(InputError):
+        TrainSettings(compile="yes").validated()
+
+
+def test_compiled_likelihood_matches_eager_through_p4inv_merges(md_file, tmp_path):
+    """The compiled training loss reads the P4Inv buffers that merges change in place."""
+    from bgp4.data import load_trajectory
+
+    settings = TrainSettings(data=str(md_file), model="p4inv", compile="on", merge_every=2, **TINY).validated()
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    trainer = Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    trainer._compile(progress=False)
+    if not trainer.compiled:
+        pytest.skip("torch.compile is not available on this machine")
+    y, ld = trainer.train_y[0][:64], trainer.train_y[1][:64]
+    for _ in range(6):  # three merges: A, A_inv and log|det A| change under the compiled graph
+        trainer._train_step(None)
+        torch.testing.assert_close(trainer.batch_nll(y, ld), trainer._nll(y, ld), rtol=1e-4, atol=1e-3)
+    assert trainer.scheduler.stats["accepted"] + trainer.scheduler.stats["forced"] > 0
+
+
+def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
+    from bgp4.data import load_trajectory
+
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    settings = TrainSettings(data=str(md_file), model="rnvp", **TINY).validated()
+    trainer = Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    trainer._compile(progress=False)
+    assert not trainer.compiled and trainer.batch_nll == trainer._nll
 
 
 def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
