@@ -190,7 +190,7 @@ class Trainer:
             self.skipped += 1
             return None
         loss.backward()
-        norm = _grad_norm(self.bg.parameters())
+        norm = grad_norm(self.bg.parameters())
         if not torch.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped += 1
@@ -281,7 +281,7 @@ class Trainer:
         return summary
 
 
-def _grad_norm(parameters) -> torch.Tensor:
+def grad_norm(parameters) -> torch.Tensor:
     """Total 2-norm of the gradients (0-dim): only its finiteness decides whether a step is applied."""
     parameters = [p for p in parameters if p.grad is not None]
     total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6; skips clipping's rescale

@@ -12,9 +12,10 @@ the step as `bgp4 train` runs it (flow coordinates of the training frames comput
 the transform has no parameters; fused Adam); train_step_ms_*_from_cartesian the same models
 with the transform in every step and default Adam, like the plain one; flow_speedup_vs_plain
 (plain / bgp4 train step) and flow_speedup_vs_plain_same_inputs (plain / from_cartesian);
-plain_vs_fast_max_abs_diff.
+train_step_ms_*_compiled and flow_speedup_vs_plain_compiled, the step with the likelihood
+compiled as `bgp4 train --compile on` (auto on long CPU runs) does it; plain_vs_fast_max_abs_diff.
 
-Usage: python run/bench/bench_flow.py [--steps 30] [--threads 2] [--frames 3000]
+Usage: python run/bench/bench_flow.py [--steps 30] [--threads 2] [--frames 3000] [--no-compile]
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bgp4.flows import AffineCoupling  # noqa: E402
+from bgp4.flows import AffineCoupling, P4InvScheduler  # noqa: E402
 from bgp4.model import build_generator, n_parameters  # noqa: E402
 from bgp4.molecule import alanine_dipeptide  # noqa: E402
+from bgp4.train import grad_norm  # noqa: E402
 
 
 def md_frames(molecule, n_frames: int, seed: int = 11) -> np.ndarray:
@@ -116,6 +118,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--frames", type=int, default=3000)
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the torch.compile'd step (`bgp4 train --compile`); about 2 min the first time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -148,6 +152,15 @@ def main() -> None:
 
     y_all, ld_all = models["rnvp"].flow_coordinates(torch.as_tensor(frames, dtype=torch.float32))
 
+    def compiled(model):
+        """`bgp4 train --compile on`: the same step with the likelihood compiled (timed once here)."""
+        nll = torch.compile(precomputed(model), dynamic=False)
+        start = time.perf_counter()
+        nll(batch).mean().backward()
+        model.zero_grad(set_to_none=True)
+        print(f"compile_s_{model.config['kind']}: {time.perf_counter() - start:.1f}")
+        return nll
+
     def precomputed(model):
         """The step as `bgp4 train` runs it: flow coordinates of all frames computed once."""
         def nll(_batch: torch.Tensor) -> torch.Tensor:
@@ -159,19 +172,26 @@ def main() -> None:
     runs = {
         "rnvp": (models["rnvp"], precomputed(models["rnvp"]), True),
         "p4inv": (models["p4inv"], precomputed(models["p4inv"]), True),
+        **({f"{kind}_compiled": (models[kind], compiled(models[kind]), True) for kind in models} if args.compile else {}),
         "rnvp_from_cartesian": (models["rnvp"], models["rnvp"].nll, False),
         "p4inv_from_cartesian": (models["p4inv"], models["p4inv"].nll, False),
         "plain_rnvp": (plain, plain_nll, False),
     }
     opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4, fused=fused or None) for k, (m, _, fused) in runs.items()}
+    # bgp4 train's extra per-step work: the finiteness check of the gradient and the P4Inv schedule
+    schedulers = {k: P4InvScheduler(m, opts[k]) for k, (m, _, fused) in runs.items() if fused and k.startswith("p4inv")}
     times: dict[str, list[float]] = {k: [] for k in runs}
     for step in range(args.steps + 3):
-        for name, (_, nll, _) in runs.items():
+        for name, (module, nll, fused) in runs.items():
             start = time.perf_counter()
             loss = nll(batch).mean()
             opts[name].zero_grad()
             loss.backward()
+            if fused and not bool(torch.isfinite(grad_norm(module.parameters()))):
+                raise RuntimeError(f"{name}: non-finite gradient")
             opts[name].step()
+            if name in schedulers:
+                schedulers[name].step()
             if step >= 3:  # warm-up
                 times[name].append(1e3 * (time.perf_counter() - start))
     for name, t in times.items():
@@ -180,6 +200,8 @@ def main() -> None:
     plain_ms = statistics.median(times["plain_rnvp"])
     print(f"flow_speedup_vs_plain: {plain_ms / statistics.median(times['rnvp']):.2f}")
     print(f"flow_speedup_vs_plain_same_inputs: {plain_ms / statistics.median(times['rnvp_from_cartesian']):.2f}")
+    if args.compile:
+        print(f"flow_speedup_vs_plain_compiled: {plain_ms / statistics.median(times['rnvp_compiled']):.2f}")
 
 
 if __name__ == "__main__":
