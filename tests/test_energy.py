@@ -232,7 +232,9 @@ def test_worker_dying_twice_raises_bgp4_error(molecule, frames, monkeypatch):
 
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    # a shell's background job inherits SIGINT ignored; a user's Ctrl-C target never is
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from bgp4.energy import OpenMMEnergy
     from bgp4.molecule import alanine_dipeptide
     energy = OpenMMEnergy(alanine_dipeptide().system, 600.0, n_workers=2)
