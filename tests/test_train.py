@@ -153,6 +153,26 @@ def test_compiled_likelihood_matches_eager_through_p4inv_merges(md_file, tmp_pat
     assert trainer.scheduler.stats["accepted"] + trainer.scheduler.stats["forced"] > 0
 
 
+def test_failed_compile_falls_back_to_eager(md_file, tmp_path, monkeypatch, capsys):
+    from bgp4.data import load_trajectory
+
+    def broken_compile(fn, **kwargs):
+        def compiled(*args):
+            raise RuntimeError("no C++ compiler found")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    settings = TrainSettings(data=str(md_file), model="p4inv", compile="on", **TINY).validated()
+    trainer = Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    trainer._compile(progress=False)
+    assert not trainer.compiled and trainer.batch_nll == trainer._nll
+    assert "torch.compile failed (RuntimeError: no C++ compiler found); training without it" in capsys.readouterr().err
+    assert all(p.grad is None for p in trainer.bg.parameters())
+    assert trainer._train_step(None) is not None  # eager training goes on
+
+
 def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
     from bgp4.data import load_trajectory
 
