@@ -131,8 +131,7 @@ def train(
     Defaults are the paper's. Killed at any moment and rerun with the same command, training
     resumes from its last checkpoint; rerunning a finished run reports it and exits.
     """
-    from bgp4.config import merge_settings, read_config_file
-    from bgp4.config import TrainSettings
+    from bgp4.config import TrainSettings, merge_settings, read_config_file
     from bgp4.train import train as run_training
 
     flags = dict(

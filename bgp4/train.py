@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict
@@ -66,13 +67,17 @@ class Trainer:
         self.wall = 0.0
         self.interval: list[dict[str, float]] = []  # step infos since the last metrics record
         self.batch_nll = self._nll  # replaced by a compiled twin in `_compile`
-        self.compiled = False
         self._make_optimizer()
 
     # -- state -------------------------------------------------------------------------
     @property
     def total_steps(self) -> int:
         return self.s.steps + self.s.energy_steps
+
+    @property
+    def compiled(self) -> bool:
+        """Whether training batches go through the torch.compile'd likelihood."""
+        return self.batch_nll != self._nll
 
     @property
     def phase(self) -> str:
@@ -138,8 +143,6 @@ class Trainer:
         mode = self.s.compile
         if mode == "off" or (mode == "auto" and (self.device.type != "cpu" or self.total_steps < COMPILE_MIN_STEPS)):
             return
-        import sys
-
         if progress:
             print("compiling the flow with torch.compile (about a minute the first time) ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
@@ -148,13 +151,13 @@ class Trainer:
         try:
             compiled(self.train_y[0][idx], self.train_y[1][idx]).mean().backward()
         except Exception as error:  # noqa: BLE001 - any compiler failure means: train without it
-            message = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+            message = (str(error).strip().splitlines() or [""])[0][:200]
             print(f"torch.compile failed ({type(error).__name__}: {message}); training without it", file=sys.stderr)
             return
         finally:
             self.optimizer.zero_grad(set_to_none=True)
             self.wall += time.perf_counter() - started  # compile time is part of the run's cost
-        self.batch_nll, self.compiled = compiled, True
+        self.batch_nll = compiled
 
     def test_nll(self) -> float:
         """Mean negative log-likelihood (nats per frame) of the held-out frames."""
