@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -20,9 +20,18 @@ from bgp4.flows.base import SequentialFlow
 from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling
 
-__all__ = ["BoltzmannGenerator", "build_flow", "build_generator", "load_generator", "n_parameters"]
+__all__ = ["BoltzmannGenerator", "GeneratorSample", "build_flow", "build_generator", "load_generator", "n_parameters"]
 
 KINDS = ("rnvp", "p4inv")
+
+
+class GeneratorSample(NamedTuple):
+    """Samples of a generator: x (B, n_atoms, 3) nm, log_q (B,) nats, ok (B,) bool in-domain, z (B, n_dims)."""
+
+    x: torch.Tensor
+    log_q: torch.Tensor
+    ok: torch.Tensor
+    z: torch.Tensor
 
 
 def n_parameters(module: nn.Module) -> int:
@@ -80,22 +89,31 @@ class BoltzmannGenerator(nn.Module):
         """log N(z; 0, I) for z (B, n_dims) -> (B,)."""
         return -0.5 * z.square().sum(1) - 0.5 * self.n_dims * math.log(2.0 * math.pi)
 
-    def sample(self, n: int, with_flags: bool = False):
-        """Draw n configurations; differentiable w.r.t. the flow's parameters.
-
-        Returns (x (n, n_atoms, 3) nm, log_q (n,)), plus `ok` (n,) bool when with_flags: True where
-        the sample's flow coordinates lie in the transform's domain, i.e. where log_q is the
-        density of x (elsewhere x maps back to other coordinates).
-        """
+    def sample_latent(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """n draws z (n, n_dims) from the prior N(0, I), from `generator` when given."""
         if not isinstance(n, int) or n < 1:
             raise InputError(f"number of samples must be a positive integer, got {n!r}")
-        z = torch.randn(n, self.n_dims, dtype=self.dtype, device=self.device)
+        return torch.randn(n, self.n_dims, dtype=self.dtype, device=self.device, generator=generator)
+
+    def generate(self, z: torch.Tensor) -> GeneratorSample:
+        """Push latent points z (B, n_dims) through flow and transform; differentiable in z and parameters.
+
+        log_q is the generator's log density of x (Cartesian volume, nats), so
+        log_q - prior_log_prob(z) = -log|det dx/dz|.
+        """
         y, logdet_flow = self.flow(z)
         x, logdet_cart = self.transform.to_cartesian(y)
         log_q = self.prior_log_prob(z) - logdet_flow - logdet_cart
-        if with_flags:
-            return x, log_q, self.transform.in_domain(y)
-        return x, log_q
+        return GeneratorSample(x, log_q, self.transform.in_domain(y), z)
+
+    def sample(self, n: int, generator: Optional[torch.Generator] = None) -> GeneratorSample:
+        """Draw n configurations; differentiable w.r.t. the flow's parameters.
+
+        Returns a GeneratorSample: x (n, n_atoms, 3) nm, log_q (n,) nats, ok (n,) bool (True
+        where the sample's flow coordinates lie in the transform's domain, i.e. where log_q is
+        the density of x; elsewhere x maps back to other coordinates) and the latent z (n, n_dims).
+        """
+        return self.generate(self.sample_latent(n, generator))
 
     def flow_coordinates(self, x: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions (B, n_atoms, 3) or (B, 3 n_atoms) nm -> flow coordinates y and log|dy/dx|."""

@@ -93,7 +93,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
         while done < s.n:
             b = min(s.batch, s.n - done)
             with torch.no_grad():
-                x, log_q, ok = bg.sample(b, with_flags=True)
+                x, log_q, ok, _ = bg.sample(b)
             x = x.detach().cpu().double().numpy().reshape(b, molecule.n_atoms, 3)
             log_q = log_q.detach().cpu().double().numpy()
             ok = ok.detach().cpu().numpy().astype(bool)

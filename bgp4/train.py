@@ -172,7 +172,7 @@ class Trainer:
             return nll, {"train_nll": float(nll.detach())}
         from bgp4.energy import regularize_energy
 
-        x, log_q, ok = self.bg.sample(self.s.batch, with_flags=True)
+        x, log_q, ok, _ = self.bg.sample(self.s.batch)
         raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
         u = regularize_energy(raw)
         # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL

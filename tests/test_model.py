@@ -83,7 +83,7 @@ def test_sample_log_q_matches_log_prob(kind, frames, molecule):
     torch.manual_seed(1)
     model = build_generator(kind, frames, blocks=2, molecule=molecule, dtype=torch.float64)
     _perturb(model, 0.05)
-    x, log_q, ok = model.sample(400, with_flags=True)
+    x, log_q, ok, _ = model.sample(400)
     assert x.shape == (400, 22, 3) and log_q.shape == (400,) and ok.dtype == torch.bool
     print(f"\n{kind}: {100 * (1 - ok.float().mean()):.1f} % of samples flagged out of domain")
     # Torsions cannot leave their domain (logit map); only bonds <= 0 or angles outside (0, pi) can.
@@ -97,7 +97,7 @@ def test_sample_log_q_matches_log_prob(kind, frames, molecule):
 def test_sample_is_differentiable_and_nll_trains(frames, molecule):
     torch.manual_seed(2)
     model = build_generator("p4inv", frames, blocks=2, molecule=molecule)
-    x, log_q = model.sample(32)
+    x, log_q, _, _ = model.sample(32)
     (x.square().sum() + log_q.sum()).backward()
     grads = [p.grad for p in model.parameters()]
     assert all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
@@ -137,7 +137,7 @@ def test_fix_constrained_generator(frames, molecule):
     model = build_generator("rnvp", frames, blocks=2, fix_constrained=True, molecule=molecule, dtype=torch.float64)
     assert model.config["n_dims"] == model.n_dims == 49
     _perturb(model, 0.05)
-    x, log_q, ok = model.sample(200, with_flags=True)
+    x, log_q, ok, _ = model.sample(200)
     lengths = constrained_bonds(molecule)
     for (i, j), length in lengths.items():
         if (i, j) != (8, 9):  # HA-CA lives in the rigid block
