@@ -102,7 +102,7 @@ def _d(name: str) -> str:
 @handles_errors
 def train(
     data: Optional[Path] = typer.Option(None, "--data", help="MD data file from `bgp4 simulate`." + _d("data")),
-    model: Optional[str] = typer.Option(None, "--model", help="Generator: rnvp (swaps) or p4inv (P4Inv layers)." + _d("model")),
+    model: Optional[str] = typer.Option(None, "--model", help="Generator: rnvp (affine couplings + swaps), p4inv (P4Inv layers instead of swaps), spline (circular rational-quadratic spline couplings) or spline-p4inv (with P4Inv layers on the non-circular coordinates)." + _d("model")),
     out: Path = typer.Option(..., "--out", help="Run directory (settings, checkpoints, metrics, model, figures)."),
     steps: Optional[int] = typer.Option(None, help="Maximum-likelihood steps." + _d("steps")),
     batch: Optional[int] = typer.Option(None, help="Batch size (frames and flow samples)." + _d("batch")),
@@ -110,14 +110,17 @@ def train(
     energy_steps: Optional[int] = typer.Option(None, "--energy-steps", help="Likelihood + energy steps after the first phase." + _d("energy_steps")),
     energy_lr: Optional[float] = typer.Option(None, "--energy-lr", help="Adam learning rate, energy phase." + _d("energy_lr")),
     energy_weight: Optional[float] = typer.Option(None, "--energy-weight", help="Ratio w_e / w_l of energy to likelihood loss." + _d("energy_weight")),
-    blocks: Optional[int] = typer.Option(None, help="RNVP blocks (2 couplings + 2 swaps or P4Inv layers each)." + _d("blocks")),
-    hidden: Optional[int] = typer.Option(None, help="Hidden width of the coupling nets." + _d("hidden")),
+    blocks: Optional[int] = typer.Option(None, help="Blocks of 2 couplings (each followed by a swap, permutation or P4Inv layer); 0: the kind's default (rnvp/p4inv 25, spline kinds 6)." + _d("blocks")),
+    hidden: Optional[int] = typer.Option(None, help="Hidden width of the coupling nets; 0: the kind's default (rnvp/p4inv 60, spline kinds 256)." + _d("hidden")),
+    bins: Optional[int] = typer.Option(None, help="Spline kinds: bins of each rational-quadratic spline (2..64); 0: 8." + _d("bins")),
+    lr_schedule: Optional[str] = typer.Option(None, "--lr-schedule", help="Likelihood-phase learning rate: constant, cosine (decay to 1 %) or auto (constant for rnvp/p4inv, cosine for spline kinds)." + _d("lr_schedule")),
+    clip_grad: Optional[float] = typer.Option(None, "--clip-grad", help="Clip the gradient norm to this value; 0: no clipping; -1: auto (none for rnvp/p4inv, 10 for spline kinds)." + _d("clip_grad")),
     merge_every: Optional[int] = typer.Option(None, "--merge-every", help="P4Inv: optimizer steps between merge attempts (N)." + _d("merge_every")),
     force_every: Optional[int] = typer.Option(None, "--force-every", help="P4Inv: force every n-th merge attempt." + _d("force_every")),
     correct_every: Optional[int] = typer.Option(None, "--correct-every", help="P4Inv: correct the inverse every n-th attempt." + _d("correct_every")),
     test_fraction: Optional[float] = typer.Option(None, "--test-fraction", help="Share of frames held out for the test NLL." + _d("test_fraction")),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Steps between test-NLL evaluations." + _d("eval_every")),
-    fix_constrained: Optional[bool] = typer.Option(None, "--fix-constrained/--learn-constrained", help="Hold the constrained X-H bonds at their lengths (49 flow dims: HA-CA lies in the rigid block)." + _d("fix_constrained")),
+    fix_constrained: Optional[bool] = typer.Option(None, "--fix-constrained/--no-fix-constrained", help="Hold every constrained X-H bond at its constraint length (48 flow dims; HA leaves the rigid block). --no-fix-constrained: the paper's 60 dims, where importance weights are not defined." + _d("fix_constrained")),
     device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
     seed: Optional[int] = typer.Option(None, help="Random seed (split, initialization, batches, samples)." + _d("seed")),
     workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),
@@ -136,7 +139,8 @@ def train(
 
     flags = dict(
         data=str(data) if data else None, model=model, steps=steps, batch=batch, lr=lr, energy_steps=energy_steps,
-        energy_lr=energy_lr, energy_weight=energy_weight, blocks=blocks, hidden=hidden, merge_every=merge_every,
+        energy_lr=energy_lr, energy_weight=energy_weight, blocks=blocks, hidden=hidden, bins=bins,
+        lr_schedule=lr_schedule, clip_grad=clip_grad, merge_every=merge_every,
         force_every=force_every, correct_every=correct_every, test_fraction=test_fraction, eval_every=eval_every,
         fix_constrained=fix_constrained, device=device, seed=seed, workers=workers, compile=compile_mode,
     )

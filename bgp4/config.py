@@ -80,8 +80,18 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
-MODELS = ("rnvp", "p4inv")
+#: Generator kinds: the paper's two and the circular spline flows (bgp4.model builds them).
+MODELS = ("rnvp", "p4inv", "spline", "spline-p4inv")
+SPLINE_MODELS = ("spline", "spline-p4inv")
 COMPILE_MODES = ("auto", "on", "off")
+LR_SCHEDULES = ("auto", "constant", "cosine")
+
+
+#: blocks, hidden width and spline bins of each kind when a setting is 0 (paper kinds: appendix F).
+KIND_DEFAULTS: dict[str, dict[str, int]] = {
+    "rnvp": {"blocks": 25, "hidden": 60}, "p4inv": {"blocks": 25, "hidden": 60},
+    "spline": {"blocks": 6, "hidden": 256, "bins": 8}, "spline-p4inv": {"blocks": 6, "hidden": 256, "bins": 8},
+}
 
 
 @dataclass(frozen=True)
@@ -96,14 +106,17 @@ class TrainSettings:
     energy_steps: int = 2_000
     energy_lr: float = 1e-5
     energy_weight: float = 0.05  # w_e / w_l
-    blocks: int = 25
-    hidden: int = 60
+    blocks: int = 0  # 0: the kind's default (paper kinds 25, spline kinds 6)
+    hidden: int = 0  # 0: the kind's default (paper kinds 60, spline kinds 256)
+    bins: int = 0  # spline bins; 0: the kind's default (8)
+    lr_schedule: str = "auto"  # auto: constant for the paper's kinds, cosine decay for spline kinds
+    clip_grad: float = -1.0  # max gradient norm; 0: no clipping; -1: auto (paper kinds none, spline kinds 10)
     merge_every: int = 100
     force_every: int = 10
     correct_every: int = 50
     test_fraction: float = 0.1
     eval_every: int = 1_000
-    fix_constrained: bool = False
+    fix_constrained: bool = True  # every constrained bond held fixed (48 dims); False: the paper's 60
     device: str = "auto"
     seed: int = 0
     workers: int = 0  # energy-bridge processes; 0: one per core
@@ -117,7 +130,7 @@ class TrainSettings:
         for name in ("steps", "energy_steps", "workers", "seed"):
             if getattr(self, name) < 0:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch", "blocks", "hidden", "merge_every", "force_every", "correct_every", "eval_every"):
+        for name in ("batch", "merge_every", "force_every", "correct_every", "eval_every"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         for name in ("lr", "energy_lr", "checkpoint_minutes"):
@@ -131,4 +144,23 @@ class TrainSettings:
             raise InputError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise InputError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
-        return dataclasses.replace(self, data=str(Path(self.data).expanduser().resolve()))
+        for name in ("blocks", "hidden", "bins"):
+            if getattr(self, name) < 0:
+                raise InputError(f"--{name} must be >= 0 (0: the kind's default), got {getattr(self, name)}")
+        if self.bins and not 2 <= self.bins <= 64:
+            raise InputError(f"--bins must be in 2..64, got {self.bins}")
+        if self.bins and self.model not in SPLINE_MODELS:
+            raise InputError(f"--bins applies to the spline kinds only, not {self.model}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise InputError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        if self.clip_grad < 0 and self.clip_grad != -1:
+            raise InputError(f"--clip-grad must be >= 0 (or -1 for auto), got {self.clip_grad}")
+        spline = self.model in SPLINE_MODELS
+        defaults = KIND_DEFAULTS[self.model]
+        return dataclasses.replace(
+            self, data=str(Path(self.data).expanduser().resolve()),
+            blocks=self.blocks or defaults["blocks"], hidden=self.hidden or defaults["hidden"],
+            bins=(self.bins or defaults["bins"]) if spline else 0,
+            lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
+            clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline else 0.0),
+        )

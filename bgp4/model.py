@@ -1,4 +1,6 @@
-"""The paper's two Boltzmann generators: RNVP couplings with swaps, or with P4Inv layers.
+"""Boltzmann generators: the paper's two (RNVP couplings with swaps, or with P4Inv layers) and two
+rational-quadratic spline flows with circular torsions (fixed permutations, or P4Inv layers on the
+non-circular coordinates).
 
 Generator direction z -> x: z ~ N(0, I) in flow dims -> couplings (and P4Inv layers) -> flow
 coordinates y -> mixed coordinate transform -> positions x (nm). `log_q` / `log_prob` are log
@@ -15,14 +17,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from bgp4.errors import Bgp4Error, InputError
-from bgp4.flows.base import SequentialFlow
+from bgp4.config import KIND_DEFAULTS, MODELS, SPLINE_MODELS
+from bgp4.errors import InputError
+from bgp4.flows.base import SequentialFlow, SubsetFlow
 from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling
+from bgp4.flows.p4inv import P4InvLinear
+from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
 
 __all__ = ["BoltzmannGenerator", "GeneratorSample", "build_flow", "build_generator", "load_generator", "n_parameters"]
 
-KINDS = ("rnvp", "p4inv")
+KINDS, SPLINE_KINDS = MODELS, SPLINE_MODELS
+#: Torsion representation of the transform each kind needs.
+TORSIONS = {"rnvp": "logit", "p4inv": "logit", "spline": "circular", "spline-p4inv": "circular"}
 
 
 class GeneratorSample(NamedTuple):
@@ -39,17 +46,23 @@ def n_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def build_flow(kind: str, dim: int, blocks: int = 25, hidden: int = 60,
-               dtype: torch.dtype = torch.float32) -> SequentialFlow:
-    """The paper's flow on (batch, dim): `blocks` x [coupling, swap, coupling, swap].
+def build_flow(kind: str, dim: int, blocks: int = 25, hidden: int = 60, dtype: torch.dtype = torch.float32,
+               circular: Optional[torch.Tensor] = None, bins: int = 8) -> SequentialFlow:
+    """The flow of generator `kind` on (batch, dim).
 
-    kind "rnvp": the swaps are folded into the couplings (`AffineCoupling(swap=True)`, same map).
-    kind "p4inv": every swap is a `P4InvLinear(dim, init="reverse")` (A starts as the reversal).
+    "rnvp": the paper's `blocks` x [coupling, swap, coupling, swap]; the swaps are folded into the
+    couplings (`AffineCoupling(swap=True)`, same map). "p4inv": every swap is a
+    `P4InvLinear(dim, init="reverse")`. "spline": `blocks` x [circular shift, spline coupling on
+    half the coordinates, spline coupling on the other half], halves drawn per block (a fixed
+    permutation); "spline-p4inv": the same with a P4Inv layer on the non-circular coordinates after
+    each coupling. `circular` (dim,) bool marks angle coordinates (spline kinds only).
     """
     if kind not in KINDS:
         raise InputError(f"generator kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(blocks, int) or blocks < 1:
         raise InputError(f"blocks must be a positive integer, got {blocks!r}")
+    if kind in SPLINE_KINDS:
+        return _spline_flow(kind, dim, blocks, hidden, dtype, circular, bins)
     layers: list[nn.Module] = []
     for _ in range(blocks):
         if kind == "rnvp":
@@ -57,11 +70,28 @@ def build_flow(kind: str, dim: int, blocks: int = 25, hidden: int = 60,
             layers.append(AffineCoupling(dim, hidden, swap=True, n_cond=dim // 2, dtype=dtype))
             layers.append(AffineCoupling(dim, hidden, swap=True, n_cond=dim - dim // 2, dtype=dtype))
         else:
-            from bgp4.flows.p4inv import P4InvLinear
-
             for _ in range(2):
                 layers.append(AffineCoupling(dim, hidden, dtype=dtype))
                 layers.append(P4InvLinear(dim, init="reverse", dtype=dtype))
+    return SequentialFlow(layers)
+
+
+def _spline_flow(kind: str, dim: int, blocks: int, hidden: int, dtype: torch.dtype,
+                 circular: Optional[torch.Tensor], bins: int) -> SequentialFlow:
+    circular = torch.zeros(dim, dtype=torch.bool) if circular is None else torch.as_tensor(circular, dtype=torch.bool).cpu()
+    flat = (~circular).nonzero().flatten()
+    # Fixed draws (not the global generator): a shell built for loading gets the same layout.
+    g = torch.Generator().manual_seed(1234)
+    layers: list[nn.Module] = []
+    for _ in range(blocks):
+        if circular.any():
+            layers.append(CircularShift(torch.rand(dim, generator=g, dtype=torch.float64) * 2 * math.pi - math.pi, circular))
+        mask = torch.zeros(dim, dtype=torch.bool)
+        mask[torch.randperm(dim, generator=g)[: dim // 2]] = True
+        for m in (mask, ~mask):
+            layers.append(MaskedCoupling(m, circular, hidden=hidden, bins=bins, dtype=dtype))
+            if kind == "spline-p4inv" and flat.numel() > 1:
+                layers.append(SubsetFlow(P4InvLinear(flat.numel(), init="reverse", dtype=dtype), flat))
     return SequentialFlow(layers)
 
 
@@ -69,13 +99,17 @@ class BoltzmannGenerator(nn.Module):
     """Normal prior + flow + mixed coordinate transform; positions in nm, shapes below.
 
     Attributes: transform (MixedCoordinateTransform, buffers only), flow (SequentialFlow),
-    config {kind, blocks, hidden, fix_constrained, n_dims}.
+    config {kind, blocks, hidden, bins, fix_constrained, n_dims}, circular_latent (n_dims,) bool:
+    latent coordinates that are angles (uniform prior on [-pi, pi), period 2 pi); the others have
+    a standard normal prior.
     """
 
     def __init__(self, transform: MixedCoordinateTransform, flow: SequentialFlow, config: dict):
         super().__init__()
         self.transform, self.flow, self.config = transform, flow, dict(config)
         self.n_dims = transform.n_dims
+        self.register_buffer("circular_latent", transform.circular_mask.clone(), persistent=False)
+        self._n_circular = int(self.circular_latent.sum())  # a Python int: no host sync under torch.compile
 
     @property
     def dtype(self) -> torch.dtype:
@@ -86,14 +120,20 @@ class BoltzmannGenerator(nn.Module):
         return next(self.flow.parameters()).device
 
     def prior_log_prob(self, z: torch.Tensor) -> torch.Tensor:
-        """log N(z; 0, I) for z (B, n_dims) -> (B,)."""
-        return -0.5 * z.square().sum(1) - 0.5 * self.n_dims * math.log(2.0 * math.pi)
+        """log prior density of z (B, n_dims) -> (B,): N(0, 1) per coordinate, uniform on circular ones."""
+        circ, n_circ = self.circular_latent, self._n_circular
+        normal = (torch.where(circ, 0.0, z.square()) if n_circ else z.square()).sum(1)
+        return -0.5 * normal - 0.5 * (self.n_dims - n_circ) * math.log(2.0 * math.pi) - n_circ * math.log(2.0 * math.pi)
 
     def sample_latent(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """n draws z (n, n_dims) from the prior N(0, I), from `generator` when given."""
+        """n draws z (n, n_dims) from the prior, from `generator` when given."""
         if not isinstance(n, int) or n < 1:
             raise InputError(f"number of samples must be a positive integer, got {n!r}")
-        return torch.randn(n, self.n_dims, dtype=self.dtype, device=self.device, generator=generator)
+        z = torch.randn(n, self.n_dims, dtype=self.dtype, device=self.device, generator=generator)
+        if self._n_circular:
+            u = torch.rand(n, self.n_dims, dtype=self.dtype, device=self.device, generator=generator)
+            z = torch.where(self.circular_latent, (2.0 * u - 1.0) * math.pi, z)
+        return z
 
     def generate(self, z: torch.Tensor) -> GeneratorSample:
         """Push latent points z (B, n_dims) through flow and transform; differentiable in z and parameters.
@@ -101,6 +141,8 @@ class BoltzmannGenerator(nn.Module):
         log_q is the generator's log density of x (Cartesian volume, nats), so
         log_q - prior_log_prob(z) = -log|det dx/dz|.
         """
+        if self._n_circular:  # the prior is periodic there: any real z is an angle
+            z = torch.where(self.circular_latent, wrap_angle(z), z)
         y, logdet_flow = self.flow(z)
         x, logdet_cart = self.transform.to_cartesian(y)
         log_q = self.prior_log_prob(z) - logdet_flow - logdet_cart
@@ -143,26 +185,44 @@ def _frames_array(data) -> torch.Tensor:
     return x.detach().to("cpu", torch.float64)
 
 
-def build_generator(kind: str = "rnvp", data=None, blocks: int = 25, hidden: int = 60,
-                    fix_constrained: bool = False, molecule=None,
-                    dtype: torch.dtype = torch.float32) -> BoltzmannGenerator:
-    """The paper's generator; `data` (n, n_atoms, 3) nm training frames fit the transform.
+def build_generator(kind: str = "rnvp", data=None, blocks: int = 0, hidden: int = 0,
+                    fix_constrained: bool = True, molecule=None, dtype: torch.dtype = torch.float32,
+                    bins: int = 0) -> BoltzmannGenerator:
+    """A generator of `kind`; `data` (n, n_atoms, 3) nm training frames fit the transform.
 
-    data=None builds an unfitted shell (for `load_state_dict`). molecule defaults to
-    alanine dipeptide. Trainable parameters: 735,050 (rnvp) / 744,050 (p4inv) at the defaults.
+    blocks, hidden, bins = 0 take the kind's defaults (KIND_DEFAULTS). fix_constrained holds every
+    constrained bond of the system fixed (48 flow dims for alanine dipeptide; False: the paper's 60).
+    data=None builds an unfitted shell (for `load_state_dict`). molecule defaults to alanine
+    dipeptide. Trainable parameters at the defaults, 60 dims: 735,050 (rnvp) / 744,050 (p4inv).
     """
+    if kind not in KINDS:
+        raise InputError(f"generator kind must be one of {KINDS}, got {kind!r}")
     if molecule is None:
         from bgp4.molecule import alanine_dipeptide
 
         molecule = alanine_dipeptide()
+    torsions = TORSIONS[kind]
     if data is None:
-        transform = MixedCoordinateTransform.shell(molecule, fix_constrained)
+        transform = MixedCoordinateTransform.shell(molecule, fix_constrained, torsions=torsions)
     else:
-        transform = MixedCoordinateTransform.fit(_frames_array(data), molecule, fix_constrained)
-    flow = build_flow(kind, transform.n_dims, blocks, hidden, dtype)
-    config = {"kind": kind, "blocks": blocks, "hidden": hidden,
+        transform = MixedCoordinateTransform.fit(_frames_array(data), molecule, fix_constrained, torsions=torsions)
+    config = {"kind": kind, **resolve_architecture(kind, blocks, hidden, bins),
               "fix_constrained": bool(fix_constrained), "n_dims": transform.n_dims}
-    return BoltzmannGenerator(transform, flow, config)
+    return BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
+
+
+def resolve_architecture(kind: str, blocks: int = 0, hidden: int = 0, bins: int = 0) -> dict[str, int]:
+    """{blocks, hidden[, bins]} with zeros replaced by the kind's defaults."""
+    defaults = KIND_DEFAULTS[kind]
+    out = {"blocks": blocks or defaults["blocks"], "hidden": hidden or defaults["hidden"]}
+    if "bins" in defaults:
+        out["bins"] = bins or defaults["bins"]
+    return out
+
+
+def _flow_for(config: dict, transform: MixedCoordinateTransform, dtype: torch.dtype) -> SequentialFlow:
+    return build_flow(config["kind"], transform.n_dims, config["blocks"], config["hidden"], dtype,
+                      circular=transform.circular_mask, bins=config.get("bins", 8))
 
 
 def load_generator(path: str | Path, map_location: Optional[str | torch.device] = "cpu") -> BoltzmannGenerator:
@@ -174,12 +234,16 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         payload = torch.load(path, map_location=map_location, weights_only=True)
         config, structure = payload["config"], payload["transform"]
         dtype = getattr(torch, payload["dtype"])
-    except (KeyError, TypeError, RuntimeError, AttributeError, EOFError) as err:
-        raise InputError(f"{path} is not a bgp4 model file ({err})") from err
-    transform = MixedCoordinateTransform(**structure)
-    if transform.n_dims != config["n_dims"]:
-        raise Bgp4Error(f"{path}: transform has {transform.n_dims} dims, config says {config['n_dims']}")
-    flow = build_flow(config["kind"], transform.n_dims, config["blocks"], config["hidden"], dtype)
-    model = BoltzmannGenerator(transform, flow, config)
-    model.load_state_dict(payload["state_dict"])
+        if config["kind"] not in KINDS:
+            raise KeyError(f"unknown generator kind {config['kind']!r}")
+        transform = MixedCoordinateTransform(**structure)
+        # the transform's fitted buffers (which torsions are circular) shape the flow: load them first
+        prefix = "transform."
+        transform.load_state_dict({k[len(prefix):]: v for k, v in payload["state_dict"].items() if k.startswith(prefix)})
+        if transform.n_dims != config["n_dims"]:
+            raise KeyError(f"transform has {transform.n_dims} dims, config says {config['n_dims']}")
+        model = BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
+        model.load_state_dict(payload["state_dict"])
+    except (KeyError, TypeError, RuntimeError, AttributeError, EOFError, ValueError, InputError) as err:
+        raise InputError(f"{path} is not a bgp4 model file of this version ({str(err).splitlines()[0][:200]})") from None
     return model.to(map_location) if map_location is not None else model

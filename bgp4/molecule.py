@@ -111,3 +111,36 @@ def constrained_bonds(molecule: Molecule) -> dict[tuple[int, int], float]:
         a, b, d = molecule.system.getConstraintParameters(i)
         out[(min(a, b), max(a, b))] = d.value_in_unit(openmm.unit.nanometer)
     return out
+
+
+def constraint_free_layout(molecule: Molecule) -> tuple[np.ndarray, np.ndarray]:
+    """(z_matrix, rigid_block) of `molecule` with no constrained pair left inside the rigid block.
+
+    A constrained pair with both atoms in the block would survive as one of the block's PCA
+    directions (a constant the flow must squeeze, whitened to unit spread like every other), so
+    the lighter atom of each such pair leaves the block and is placed by a new z-matrix row
+    [atom, partner, a, b] whose bond is the constraint: a and b are the partner's other bonded
+    neighbours in the block (or a's neighbour when the partner has just one). For alanine
+    dipeptide HA (9) leaves and is placed by [9, 8, 6, 10].
+    """
+    block = [int(a) for a in molecule.rigid_block]
+    rows = [list(map(int, r)) for r in molecule.z_matrix]
+    masses = [molecule.system.getParticleMass(i).value_in_unit(openmm.unit.dalton) for i in range(molecule.n_atoms)]
+    neighbours: dict[int, set[int]] = {i: set() for i in range(molecule.n_atoms)}
+    for bond in molecule.topology.bonds:
+        neighbours[bond[0].index].add(bond[1].index)
+        neighbours[bond[1].index].add(bond[0].index)
+    for a, b in sorted(constrained_bonds(molecule)):
+        if a not in block or b not in block:
+            continue
+        atom, partner = (a, b) if masses[a] < masses[b] else (b, a)
+        block.remove(atom)
+        refs = sorted(n for n in neighbours[partner] if n in block)
+        if not refs:
+            raise ValueError(f"atom {partner} has no bonded neighbour left in the rigid block")
+        if len(refs) == 1:
+            refs += sorted(n for n in neighbours[refs[0]] if n in block and n != partner)[:1]
+        if len(refs) < 2 or len(block) < 3:
+            raise ValueError(f"cannot place atom {atom} from the rigid block {block}")
+        rows.append([atom, partner, refs[0], refs[1]])
+    return np.array(rows, dtype=np.int64), np.array(block, dtype=np.int64)

@@ -55,7 +55,7 @@ class Trainer:
         torch.manual_seed(settings.seed)
         self.bg = build_generator(
             settings.model, data=data.xyz[train_idx], blocks=settings.blocks, hidden=settings.hidden,
-            fix_constrained=settings.fix_constrained,
+            fix_constrained=settings.fix_constrained, bins=settings.bins,
         ).to(self.device)
         # the coordinate transform is fixed, so frames are mapped to flow coordinates once
         self.train_y = self._flow_coordinates(data.xyz[train_idx])
@@ -64,6 +64,7 @@ class Trainer:
         self.batch_gen = torch.Generator().manual_seed(settings.seed + 1)
         self.step = 0
         self.skipped = 0
+        self.energy_evaluations = 0  # OpenMM energy+force calls spent on training
         self.wall = 0.0
         self.interval: list[dict[str, float]] = []  # step infos since the last metrics record
         self.batch_nll = self._nll  # replaced by a compiled twin in `_compile`
@@ -96,7 +97,7 @@ class Trainer:
 
     def checkpoint(self) -> None:
         self.run.save_torch(CHECKPOINT, {
-            "step": self.step, "skipped": self.skipped, "wall": self.wall,
+            "step": self.step, "skipped": self.skipped, "wall": self.wall, "energy_evaluations": self.energy_evaluations,
             "model": self.bg.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -109,6 +110,7 @@ class Trainer:
             return False
         state = self.run.load_torch(CHECKPOINT, map_location=self.device)
         self.step, self.skipped, self.wall = state["step"], state["skipped"], state["wall"]
+        self.energy_evaluations = int(state.get("energy_evaluations", 0))
         self.interval = list(state.get("interval", []))
         self.bg.load_state_dict(state["model"])
         self._make_optimizer()
@@ -174,6 +176,7 @@ class Trainer:
 
         x, log_q, ok, _ = self.bg.sample(self.s.batch)
         raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
+        self.energy_evaluations += int(x.shape[0])
         u = regularize_energy(raw)
         # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
         kl = (u + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
@@ -186,14 +189,27 @@ class Trainer:
             "out_of_domain": float((~ok).float().mean()),
         }
 
+    def learning_rate(self) -> float:
+        """The learning rate of the current step: constant, or cosine decay to 1 % over the likelihood phase."""
+        if self.phase == "energy":
+            return self.s.energy_lr
+        if self.s.lr_schedule == "cosine":
+            return self.s.lr * (0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * self.step / max(1, self.s.steps))))
+        return self.s.lr
+
     def _train_step(self, energy) -> dict[str, float] | None:
         self.optimizer.zero_grad(set_to_none=True)
+        for group in self.optimizer.param_groups:  # a function of the step: resumes exactly
+            group["lr"] = self.learning_rate()
         loss, info = self._loss(energy)
         if not torch.isfinite(loss):
             self.skipped += 1
             return None
         loss.backward()
-        norm = grad_norm(self.bg.parameters())
+        if self.s.clip_grad > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.bg.parameters(), self.s.clip_grad)
+        else:
+            norm = grad_norm(self.bg.parameters())
         if not torch.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped += 1
@@ -211,7 +227,8 @@ class Trainer:
             record[key] = float(np.mean(values)) if values else None
         if test:
             record["test_nll"] = self.test_nll()
-        record.update(skipped_steps=self.skipped, lr=self.optimizer.param_groups[0]["lr"], wall_s=round(self.wall, 2))
+        record.update(skipped_steps=self.skipped, lr=self.optimizer.param_groups[0]["lr"], wall_s=round(self.wall, 2),
+                      energy_evaluations=self.energy_evaluations)
         if self.scheduler.layers:
             record.update({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()})
         self.run.log(record)
@@ -278,10 +295,27 @@ class Trainer:
             "steps": self.total_steps, "skipped_steps": self.skipped, "wall_s": round(self.wall, 1),
             "test_nll_start": tests[0] if tests else None, "test_nll_end": tests[-1] if tests else None,
             "temperature": self.temperature, "device": str(self.device), "compiled": self.compiled,
+            "energy_evaluations": self.energy_evaluations, "n_dims": self.bg.n_dims,
+            "parameters": sum(p.numel() for p in self.bg.parameters() if p.requires_grad),
+            **weights_defined(self.bg),
             **({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()} if self.scheduler.layers else {}),
         }
         self.run.write_json(COMPLETE, summary)
         return summary
+
+
+def weights_defined(bg) -> dict[str, Any]:
+    """{"weights_defined": bool, "weights_note": str}: importance weights p/q exist only when no
+    constrained bond of the system is a flow dimension (otherwise the target is improper along it)."""
+    from bgp4.molecule import alanine_dipeptide, constrained_bonds
+
+    left = bg.transform.free_constrained_pairs(constrained_bonds(alanine_dipeptide()))
+    if not left:
+        return {"weights_defined": True, "weights_note": "every constrained bond is held fixed"}
+    pairs = ", ".join(f"{a}-{b}" for a, b in left)
+    return {"weights_defined": False, "weights_note": (
+        f"{len(left)} constrained bond(s) ({pairs}) are flow dimensions: the MD keeps them constant, so p/q is "
+        "unbounded along them and reverse ESS and reweighted figures are not defined (train with --fix-constrained)")}
 
 
 def grad_norm(parameters) -> torch.Tensor:

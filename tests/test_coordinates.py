@@ -149,15 +149,15 @@ def test_float32_input_round_trip(transform, frames):
 
 def test_fix_constrained_keeps_bonds(frames, molecule):
     t = MixedCoordinateTransform.fit(frames, molecule, fix_constrained=True)
-    # 12 constrained bonds, but HA-CA lies inside the rigid block: 11 z-matrix bonds are fixed.
-    assert t.n_dims == 49 and len(t.fixed_rows) == 11
+    # all 12 constrained bonds are fixed z-matrix bonds (HA left the rigid block)
+    assert t.n_dims == 48 and len(t.fixed_rows) == 12
     y0, _ = t.from_cartesian(frames[:300])
     y = y0 + 0.5 * torch.randn(y0.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     y = y[t.in_domain(y)]
     x, _ = t.to_cartesian(y)
     lengths = constrained_bonds(molecule)
-    pairs = [tuple(sorted(molecule.z_matrix[i, :2].tolist())) for i in t.fixed_rows]
-    assert set(pairs) == set(lengths) - {(8, 9)}  # HA-CA is inside the rigid block (PCA, not fixed)
+    pairs = [tuple(sorted(t.z_matrix[i][:2])) for i in t.fixed_rows]
+    assert set(pairs) == set(lengths)
     dist = (x[:, [i for i, _ in pairs]] - x[:, [j for _, j in pairs]]).norm(dim=-1)
     assert (dist - torch.tensor([lengths[p] for p in pairs], dtype=torch.float64)).abs().max() < 1e-9
     assert (t.from_cartesian(x)[0] - y).abs().max() < 1e-6
@@ -181,3 +181,50 @@ def test_bad_input(transform, molecule):
         MixedCoordinateTransform.fit(np.zeros((5, 22, 3)), molecule)
     with pytest.raises(InputError):
         MixedCoordinateTransform([[0, 1, 2, 3]], [1, 2, 3], n_atoms=5)
+
+
+def test_no_constrained_pair_is_left_as_a_flow_dimension(frames, molecule):
+    """From the OpenMM system's constraints: none is a free bond, none has both atoms in the rigid block."""
+    pairs = constrained_bonds(molecule)
+    assert len(pairs) == 12
+    t = MixedCoordinateTransform.fit(frames, molecule, fix_constrained=True)
+    free_bonds = {tuple(sorted(t.z_matrix[i][:2])) for i in range(t.n_ic) if i not in t.fixed_rows}
+    block = set(t.rigid_block)
+    assert not [p for p in pairs if p in free_bonds]
+    assert not [p for p in pairs if set(p) <= block]
+    assert t.free_constrained_pairs(pairs) == []
+    assert t.n_dims == 48 and len(t.fixed_rows) == 12 and t.n_rigid_dims == 6
+    # the paper's layout keeps all 12 as flow dimensions: 11 bonds and CA-HA inside the block
+    paper = MixedCoordinateTransform.fit(frames, molecule)
+    assert paper.n_dims == 60 and len(paper.free_constrained_pairs(pairs)) == 12
+    # fixed bonds come back at their constraint lengths
+    y, _ = t.from_cartesian(frames[:50])
+    bonds, _, _ = t.internal_coordinates(t.to_cartesian(y)[0])
+    for row in t.fixed_rows:
+        a, b = t.z_matrix[row][:2]
+        assert torch.allclose(bonds[:, row], torch.full((50,), pairs[(min(a, b), max(a, b))], dtype=torch.float64), atol=1e-9)
+
+
+def test_circular_torsions_round_trip_and_are_chosen_from_the_data(frames, molecule):
+    t = MixedCoordinateTransform.fit(frames, molecule, fix_constrained=True, torsions="circular")
+    rows = [tuple(t.z_matrix[i]) for i in range(t.n_ic) if bool(t.torsion_circular[i])]
+    # methyl rotors go around at 600 K; "relative" torsions such as H2 given H1 are narrow
+    assert (0, 1, 4, 6) in rows and (19, 18, 16, 14) in rows
+    assert (2, 1, 4, 0) not in rows and (20, 18, 16, 19) not in rows
+    y, logdet = t.from_cartesian(frames)
+    assert t.in_domain(y).all()
+    circ = t.circular_mask
+    assert int(circ.sum()) == len(rows) and y[:, circ].abs().max() <= math.pi
+    back, logdet_back = t.to_cartesian(y)
+    assert torch.allclose(logdet, -logdet_back, atol=1e-8)
+    assert t.reconstruction_error(frames).max() < 1e-5  # fixed bonds: data deviate by ~1e-7 nm
+    # a circular torsion moved by 2 pi is the same structure
+    moved = y.clone()
+    moved[:, circ] += 2 * math.pi
+    assert torch.allclose(t.to_cartesian(moved)[0], back, atol=1e-9)
+    # a narrow torsion pushed across its cut leaves the domain
+    narrow = (~t.torsion_circular).nonzero()[0].item()
+    col = t.n_free_bonds + t.n_ic + narrow
+    far = y[:3].clone()
+    far[:, col] = (math.pi + 0.1 - t.torsion_mean[narrow]) / t.torsion_std[narrow]
+    assert not t.in_domain(far).any()

@@ -1,7 +1,8 @@
-"""Normalizing-flow layers: the Flow contract, the mixed coordinate transform, couplings, P4Inv."""
-from bgp4.flows.base import Flow, SequentialFlow
+"""Normalizing-flow layers: the Flow contract, the mixed coordinate transform, affine and spline couplings, P4Inv."""
+from bgp4.flows.base import Flow, SequentialFlow, SubsetFlow
 from bgp4.flows.p4inv import P4InvLinear, P4InvScheduler
 from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling, Swap
+from bgp4.flows.splines import CircularShift, MaskedCoupling, RQSpline
 
-__all__ = ["Flow", "SequentialFlow", "P4InvLinear", "P4InvScheduler", "MixedCoordinateTransform", "AffineCoupling", "Swap"]
+__all__ = ["Flow", "SequentialFlow", "SubsetFlow", "CircularShift", "MaskedCoupling", "RQSpline", "P4InvLinear", "P4InvScheduler", "MixedCoordinateTransform", "AffineCoupling", "Swap"]

@@ -43,3 +43,24 @@ class SequentialFlow(Flow):
             y, ld = layer.inverse(y)
             logdet = logdet + ld
         return y, logdet
+
+
+class SubsetFlow(Flow):
+    """Applies `flow` to the columns `index` of (batch, dim) inputs and leaves the others alone.
+
+    Used to let a linear layer (P4Inv) mix only the non-circular coordinates: a linear map of
+    angles is not a bijection of the torus.
+    """
+
+    def __init__(self, flow: Flow, index: torch.Tensor | list[int]):
+        super().__init__()
+        self.flow = flow
+        self.register_buffer("index", torch.as_tensor(index, dtype=torch.long), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, logdet = self.flow(x[:, self.index])
+        return x.index_copy(1, self.index, y), logdet
+
+    def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, logdet = self.flow.inverse(y[:, self.index])
+        return y.index_copy(1, self.index, x), logdet

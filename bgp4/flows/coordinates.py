@@ -9,11 +9,20 @@ sum_i y_i x ref_i = 0, so no internal motion is lost).
 Flow coordinates, (batch, n_dims), in this order: free bonds, angles, torsions, rigid-block PCA.
     bond  r   = bond_mean + bond_std * y            (nm)
     angle a   = angle_mean + angle_std * y          (rad, domain (0, pi))
-    torsion t = cut + 2 pi sigmoid(torsion_mean + torsion_std * y)
+    torsion, torsions="logit" (the paper's kinds):
+              t = cut + 2 pi sigmoid(torsion_mean + torsion_std * y)
                                                     (rad, in (cut, cut + 2 pi): the branch cut sits
                 in the least populated histogram bin of the training data, and the logit makes
                 every real y a valid torsion, so no flow sample can cross the cut)
-With `fix_constrained` the constrained X-H bonds are fixed at their constraint lengths.
+    torsion, torsions="circular" (the spline kinds):
+              t = cut + pi + y                      for torsions that go around the circle (every
+                5-degree bin of the data populated): y is an angle in [-pi, pi) with the seam at the
+                sparsest bin, for circular splines (`circular_mask`); no cut, no vanishing density
+              t = cut + pi + torsion_mean + torsion_std * y   for narrow torsions (standardized;
+                in the domain while |torsion_mean + torsion_std * y| < pi)
+With `fix_constrained` every constrained bond of the system is fixed at its constraint length: the
+rigid block and z-matrix come from `bgp4.molecule.constraint_free_layout`, so no constrained pair
+is left as a flow dimension (48 dims for alanine dipeptide instead of 60).
 
 Directions follow the generator (z -> x): `forward` / `to_cartesian` map flow coordinates to
 positions, `inverse` / `from_cartesian` map positions to flow coordinates. log|det J| of the
@@ -34,12 +43,17 @@ import torch
 from torch import nn
 
 from bgp4.errors import InputError
+from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, place_atom
 
 __all__ = ["MixedCoordinateTransform"]
 
 _F64 = torch.float64
 TWO_PI = 2.0 * math.pi
 _LOGIT_EPS = 1e-12  # torsions exactly at the cut would map to -inf
+TORSION_MODES = ("logit", "circular")
+#: A torsion is circular when every 5-degree bin of the training data holds at least this share
+#: of the uniform density (at 600 K: the three methyl rotors and psi; phi has an empty range).
+CIRCULAR_BINS, CIRCULAR_MIN_DENSITY = 72, 0.01
 
 
 def _torsion_logit(t: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,58 +68,6 @@ def _torsion_from_logit(u: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tenso
     return cut + TWO_PI * torch.sigmoid(u), (math.log(TWO_PI) + logsig(u) + logsig(-u)).sum(1)
 
 
-def _frames(x: torch.Tensor | np.ndarray, n_atoms: int) -> torch.Tensor:
-    """(batch, n_atoms, 3) view of x given as (batch, 3 n_atoms) or (batch, n_atoms, 3)."""
-    x = torch.as_tensor(x)
-    if x.ndim == 2 and x.shape[1] == 3 * n_atoms:
-        return x.view(x.shape[0], n_atoms, 3)
-    if x.ndim == 3 and tuple(x.shape[1:]) == (n_atoms, 3):
-        return x
-    raise InputError(f"positions must be (batch, {n_atoms}, 3) or (batch, {3 * n_atoms}) in nm, got {tuple(x.shape)}")
-
-
-def _angle(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """Angle a-b-c in rad (vertex b) of (..., 3) positions; atan2 form, accurate near 0 and pi."""
-    u, v = a - b, c - b
-    return torch.atan2(torch.linalg.cross(u, v).norm(dim=-1), (u * v).sum(-1))
-
-
-def _dihedral(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """Torsion a-b-c-d in rad, (-pi, pi], IUPAC sign (as mdtraj.compute_dihedrals)."""
-    b1, b2, b3 = b - a, c - b, d - c
-    n1, n2 = torch.linalg.cross(b1, b2), torch.linalg.cross(b2, b3)
-    y = b2.norm(dim=-1) * (b1 * n2).sum(-1)
-    return torch.atan2(y, (n1 * n2).sum(-1))
-
-
-def _place(a, b, c, r, theta, phi) -> torch.Tensor:
-    """Position d with |d - c| = r, angle b-c-d = theta, torsion a-b-c-d = phi (NeRF)."""
-    bc = c - b
-    bc = bc / bc.norm(dim=-1, keepdim=True)
-    n = torch.linalg.cross(b - a, bc)
-    n = n / n.norm(dim=-1, keepdim=True)
-    m = torch.linalg.cross(n, bc)
-    rs = r * torch.sin(theta)
-    d = (-r * torch.cos(theta)).unsqueeze(-1) * bc + (rs * torch.cos(phi)).unsqueeze(-1) * m
-    return c + d + (rs * torch.sin(phi)).unsqueeze(-1) * n
-
-
-def _kabsch(p: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Centroids (B, 1, 3) and rotations Rt (B, 3, 3) with (p - centroid) @ Rt ~ ref (centered).
-
-    Float64 SVD; the rotation is treated as a constant by autograd (it is chosen, not learned).
-    """
-    centroid = p.mean(dim=1, keepdim=True)
-    with torch.no_grad():
-        h = (p - centroid).transpose(1, 2) @ ref
-        u, _, vh = torch.linalg.svd(h)
-        d = torch.sign(torch.linalg.det(u @ vh))
-        flip = torch.ones_like(u[:, 0, :])
-        flip[:, 2] = d  # avoid reflections: det(R) = +1
-        rt = (u * flip.unsqueeze(1)) @ vh
-    return centroid, rt
-
-
 class MixedCoordinateTransform(nn.Module):
     """Bijection between flow coordinates (batch, n_dims) and positions (batch, n_atoms, 3) nm.
 
@@ -115,6 +77,7 @@ class MixedCoordinateTransform(nn.Module):
         rigid_block: atoms kept Cartesian.  n_atoms: atoms in the molecule.
         fixed_rows: z-matrix rows whose bond is fixed (not a flow coordinate).
         n_rigid_dims: PCA directions kept (default 3 * len(rigid_block) - 6).
+        torsions: "logit" or "circular", the torsion representation (module docstring).
     """
 
     def __init__(
@@ -124,8 +87,12 @@ class MixedCoordinateTransform(nn.Module):
         n_atoms: int,
         fixed_rows: Sequence[int] = (),
         n_rigid_dims: Optional[int] = None,
+        torsions: str = "logit",
     ):
         super().__init__()
+        if torsions not in TORSION_MODES:
+            raise InputError(f"torsions must be one of {TORSION_MODES}, got {torsions!r}")
+        self.torsions = torsions
         zm = np.asarray(z_matrix, dtype=np.int64).reshape(-1, 4)
         rb = np.asarray(rigid_block, dtype=np.int64).ravel()
         n_ic, n_rb = len(zm), len(rb)
@@ -152,6 +119,7 @@ class MixedCoordinateTransform(nn.Module):
         buf("rigid_ref", n_rb, 3); buf("rigid_mean", 3 * n_rb)
         buf("pca_vectors", 3 * n_rb, k); buf("pca_std", k); buf("pca_eigenvalues", 3 * n_rb)
         buf("fit_max_rmsd")
+        self.register_buffer("torsion_circular", torch.zeros(n_ic, dtype=torch.bool))
 
         def idx(name: str, values) -> None:
             self.register_buffer(name, torch.as_tensor(np.asarray(values, dtype=np.int64)), persistent=False)
@@ -185,36 +153,60 @@ class MixedCoordinateTransform(nn.Module):
     def structure(self) -> dict:
         """Constructor arguments of an equivalent shell (JSON-friendly)."""
         return {"z_matrix": self.z_matrix, "rigid_block": self.rigid_block, "n_atoms": self.n_atoms,
-                "fixed_rows": self.fixed_rows, "n_rigid_dims": self.n_rigid_dims}
+                "fixed_rows": self.fixed_rows, "n_rigid_dims": self.n_rigid_dims, "torsions": self.torsions}
+
+    @property
+    def circular_mask(self) -> torch.Tensor:
+        """(n_dims,) bool: flow coordinates that are angles on [-pi, pi) (circular torsions)."""
+        mask = torch.zeros(self.n_dims, dtype=torch.bool, device=self.torsion_circular.device)
+        start = self.n_free_bonds + self.n_ic
+        mask[start:start + self.n_ic] = self.torsion_circular
+        return mask
 
     @classmethod
-    def shell(cls, molecule, fix_constrained: bool = False,
-              n_rigid_dims: Optional[int] = None) -> "MixedCoordinateTransform":
+    def shell(cls, molecule, fix_constrained: bool = False, n_rigid_dims: Optional[int] = None,
+              torsions: str = "logit") -> "MixedCoordinateTransform":
         """Unfitted transform for `molecule` (its z-matrix, rigid block and, optionally, constraints)."""
-        return cls._for_molecule(molecule, fix_constrained, n_rigid_dims)[0]
+        return cls._for_molecule(molecule, fix_constrained, n_rigid_dims, torsions)[0]
 
     @classmethod
-    def _for_molecule(cls, molecule, fix_constrained: bool, n_rigid_dims: Optional[int]):
-        from bgp4.molecule import constrained_bonds
+    def _for_molecule(cls, molecule, fix_constrained: bool, n_rigid_dims: Optional[int], torsions: str = "logit"):
+        from bgp4.molecule import constrained_bonds, constraint_free_layout
 
         lengths = constrained_bonds(molecule) if fix_constrained else {}
-        zm = np.asarray(molecule.z_matrix).tolist()
+        if fix_constrained:
+            zm, block = constraint_free_layout(molecule)
+        else:
+            zm, block = molecule.z_matrix, molecule.rigid_block
+        zm = np.asarray(zm).tolist()
         fixed = [i for i, row in enumerate(zm) if (min(row[:2]), max(row[:2])) in lengths]
-        return cls(zm, molecule.rigid_block, molecule.n_atoms, fixed, n_rigid_dims), lengths
+        return cls(zm, block, molecule.n_atoms, fixed, n_rigid_dims, torsions), lengths
+
+    def free_constrained_pairs(self, pairs) -> list[tuple[int, int]]:
+        """Constrained atom pairs (from `pairs`, e.g. the system's constraints) left as flow dimensions.
+
+        A pair counts when its bond is a free z-matrix bond or both atoms sit in the rigid block
+        (the whitened PCA would carry the constant distance as a direction of unit spread).
+        Importance weights are defined only when this list is empty.
+        """
+        pairs = {(min(a, b), max(a, b)) for a, b in pairs}
+        free = [tuple(sorted(self.z_matrix[i][:2])) for i in range(self.n_ic) if i not in self.fixed_rows]
+        block = set(self.rigid_block)
+        return sorted(p for p in pairs if p in free or set(p) <= block)
 
     @classmethod
     def fit(cls, frames: torch.Tensor | np.ndarray, molecule, fix_constrained: bool = False,
             n_rigid_dims: Optional[int] = None, min_std: float = 1e-4, torsion_bins: int = 36,
-            max_rmsd: float = 0.05) -> "MixedCoordinateTransform":
+            max_rmsd: float = 0.05, torsions: str = "logit") -> "MixedCoordinateTransform":
         """Fit normalizations, branch cuts, reference and PCA on training frames (n, n_atoms, 3) nm.
 
         min_std floors every standard deviation (nm or rad): constrained bonds are constant up to
         the constraint tolerance and float32 rounding. Raises InputError when a frame's rigid
         block stays more than max_rmsd nm from the reference after superposition.
         """
-        t, lengths = cls._for_molecule(molecule, fix_constrained, n_rigid_dims)
+        t, lengths = cls._for_molecule(molecule, fix_constrained, n_rigid_dims, torsions)
         zm, fixed = np.asarray(t.z_matrix), t.fixed_rows
-        x = _frames(frames, t.n_atoms).detach().to("cpu", _F64)
+        x = frames_view(frames, t.n_atoms).detach().to("cpu", _F64)
         if x.shape[0] < 3 * len(t.rigid_block) + 1 or not torch.isfinite(x).all():
             raise InputError(f"fitting needs more than {3 * len(t.rigid_block)} finite frames, got {x.shape[0]}")
         r, a, tor = t.internal_coordinates(x)
@@ -229,8 +221,12 @@ class MixedCoordinateTransform(nn.Module):
             t.bond_mean.copy_(r[:, free].mean(0)); t.bond_std.copy_(r[:, free].std(0).clamp_min(min_std))
             t.angle_mean.copy_(a.mean(0)); t.angle_std.copy_(a.std(0).clamp_min(min_std))
             t.torsion_cut.copy_(_sparsest_cut(tor, torsion_bins))
-            logit, _ = _torsion_logit(tor, t.torsion_cut)
-            t.torsion_mean.copy_(logit.mean(0)); t.torsion_std.copy_(logit.std(0).clamp_min(min_std))
+            if torsions == "circular":
+                t.torsion_circular.copy_(_goes_around(tor))
+            u, _ = t._torsion_to_flow(tor, standardize=False)
+            mean, std = u.mean(0), u.std(0).clamp_min(min_std)
+            t.torsion_mean.copy_(torch.where(t.torsion_circular, 0.0, mean))
+            t.torsion_std.copy_(torch.where(t.torsion_circular, 1.0, std))
             t._fit_rigid(x[:, t._rigid_idx], max_rmsd)
         return t
 
@@ -238,7 +234,7 @@ class MixedCoordinateTransform(nn.Module):
         """Reference = mean of the superposed blocks (iterated); PCA of the superposed blocks."""
         ref = block[0] - block[0].mean(0)
         for _ in range(iterations):
-            c, rt = _kabsch(block, ref)
+            c, rt = kabsch(block, ref)
             ref = ((block - c) @ rt).mean(0)
             ref = ref - ref.mean(0)
         self.rigid_ref.copy_(ref)
@@ -264,25 +260,45 @@ class MixedCoordinateTransform(nn.Module):
         return getattr(self, name).to(_F64)
 
     def _align_block(self, block: torch.Tensor) -> torch.Tensor:
-        c, rt = _kabsch(block, self._b("rigid_ref"))
+        c, rt = kabsch(block, self._b("rigid_ref"))
         return (block - c) @ rt
 
     def internal_coordinates(self, x: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Bonds (nm), angles and torsions (rad, torsion in (-pi, pi]) of all z-matrix rows, (B, n_ic) each."""
-        x = _frames(x, self.n_atoms)
+        x = frames_view(x, self.n_atoms)
         p = [x[:, col] for col in self._ic_cols]
-        return (p[0] - p[1]).norm(dim=-1), _angle(p[0], p[1], p[2]), _dihedral(p[0], p[1], p[2], p[3])
+        return (p[0] - p[1]).norm(dim=-1), bond_angle(p[0], p[1], p[2]), dihedral(p[0], p[1], p[2], p[3])
 
     def superpose(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
         """Frames (B, n_atoms, 3) float64 moved so that their rigid blocks best fit the reference."""
-        x = _frames(x, self.n_atoms).to(_F64)
-        c, rt = _kabsch(x[:, self._rigid_idx], self._b("rigid_ref"))
+        x = frames_view(x, self.n_atoms).to(_F64)
+        c, rt = kabsch(x[:, self._rigid_idx], self._b("rigid_ref"))
         return (x - c) @ rt
 
     def rigid_rmsd(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
         """RMSD (nm) of each frame's superposed rigid block to the reference, (B,) float64."""
         block = self.superpose(x)[:, self._rigid_idx]
         return (block - self._b("rigid_ref")).square().sum(-1).mean(-1).sqrt()
+
+    def _torsion_to_flow(self, tor: torch.Tensor, standardize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Torsions (B, n_ic) rad -> torsion flow coordinates and log|d coord / dt| (B,), without
+        the standardization's constant (that is in `_log_scale`)."""
+        cut = self._b("torsion_cut")
+        if self.torsions == "logit":
+            u, logjac = _torsion_logit(tor, cut)
+            logjac = -logjac
+        else:
+            u, logjac = torch.remainder(tor - cut, TWO_PI) - math.pi, tor.new_zeros(tor.shape[0])
+        if standardize:
+            u = (u - self._b("torsion_mean")) / self._b("torsion_std")
+        return u, logjac
+
+    def _torsion_from_flow(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inverse of `_torsion_to_flow`: torsions (rad) and log|dt / d coord| (B,), same convention."""
+        u = self._b("torsion_mean") + self._b("torsion_std") * y
+        if self.torsions == "logit":
+            return _torsion_from_logit(u, self._b("torsion_cut"))
+        return self._b("torsion_cut") + math.pi + u, y.new_zeros(y.shape[0])
 
     def _log_scale(self) -> torch.Tensor:
         """Constant part of log|det| of to_cartesian: all normalizations and the whitening."""
@@ -300,7 +316,7 @@ class MixedCoordinateTransform(nn.Module):
         fixed = self._b("fixed_bond_length").expand(y.shape[0], -1)
         bonds = torch.cat((self._b("bond_mean") + self._b("bond_std") * yb, fixed), dim=1)[:, self._bond_gather]
         angles = self._b("angle_mean") + self._b("angle_std") * ya
-        torsions, torsion_logjac = _torsion_from_logit(self._b("torsion_mean") + self._b("torsion_std") * yt, self._b("torsion_cut"))
+        torsions, torsion_logjac = self._torsion_from_flow(yt)
         block = self._b("rigid_mean") + (yr * self._b("pca_std")) @ self._b("pca_vectors").T
         return bonds, angles, torsions, block.view(y.shape[0], -1, 3), torsion_logjac
 
@@ -313,7 +329,7 @@ class MixedCoordinateTransform(nn.Module):
         for name in self._levels:
             rows = getattr(self, name)
             atom, b, a, t = cols[:, rows]
-            new = _place(pos[:, t], pos[:, a], pos[:, b], bonds[:, rows], angles[:, rows], torsions[:, rows])
+            new = place_atom(pos[:, t], pos[:, a], pos[:, b], bonds[:, rows], angles[:, rows], torsions[:, rows])
             pos = pos.index_copy(1, atom, new)
         logdet = (2.0 * bonds.abs().log() + angles.sin().abs().log()).sum(1) + torsion_logjac + self._log_scale()
         return pos.to(y.dtype), logdet.to(y.dtype)
@@ -324,19 +340,19 @@ class MixedCoordinateTransform(nn.Module):
         Rigid motion of x is ignored (the rigid block is superposed onto the reference first);
         the returned log|det| is that of this map, i.e. minus that of `to_cartesian` at the image.
         """
-        x = _frames(x, self.n_atoms)
+        x = frames_view(x, self.n_atoms)
         dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
         x = x.to(_F64)
         bonds, angles, torsions = self.internal_coordinates(x)
-        logits, torsion_logjac = _torsion_logit(torsions, self._b("torsion_cut"))
+        coords, torsion_logjac = self._torsion_to_flow(torsions)
         block = self._align_block(x[:, self._rigid_idx]).reshape(x.shape[0], -1)
         y = torch.cat((
             (bonds[:, self._free_rows] - self._b("bond_mean")) / self._b("bond_std"),
             (angles - self._b("angle_mean")) / self._b("angle_std"),
-            (logits - self._b("torsion_mean")) / self._b("torsion_std"),
+            coords,
             ((block - self._b("rigid_mean")) @ self._b("pca_vectors")) / self._b("pca_std"),
         ), dim=1)
-        logdet = (2.0 * bonds.log() + angles.sin().log()).sum(1) + torsion_logjac + self._log_scale()
+        logdet = (2.0 * bonds.log() + angles.sin().log()).sum(1) - torsion_logjac + self._log_scale()
         return y.to(dtype), (-logdet).to(dtype)
 
     def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -350,7 +366,7 @@ class MixedCoordinateTransform(nn.Module):
 
     # ------------------------------------------------------------------ domain and round trips
     def in_domain(self, y: torch.Tensor) -> torch.Tensor:
-        """(B,) bool: bonds > 0, angles in (0, pi), torsions in [cut, cut + 2 pi), all finite.
+        """(B,) bool: bonds > 0, angles in (0, pi), non-circular torsions in (cut, cut + 2 pi), all finite.
 
         Outside the domain the Cartesian image maps back to other flow coordinates, so log
         densities computed along z -> x are not those of the sample.
@@ -359,7 +375,9 @@ class MixedCoordinateTransform(nn.Module):
             bonds, angles, torsions, block, _ = self._unnormalize(y)
             cut = self._b("torsion_cut")
             ok = (bonds > 0).all(1) & ((angles > 0) & (angles < math.pi)).all(1)
-            ok &= ((torsions >= cut) & (torsions <= cut + TWO_PI)).all(1)  # by construction
+            # logit: in range by construction; circular mode: narrow torsions may leave it
+            narrow = ~self.torsion_circular
+            ok &= ((torsions - cut)[:, narrow] > 0).all(1) & ((torsions - cut)[:, narrow] < TWO_PI).all(1)
             return ok & torch.isfinite(y).all(1)
 
     def reconstruction_error(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
@@ -369,7 +387,7 @@ class MixedCoordinateTransform(nn.Module):
         blocks that were superposed onto the same reference).
         """
         with torch.no_grad():
-            x = _frames(x, self.n_atoms).to(_F64)
+            x = frames_view(x, self.n_atoms).to(_F64)
             back, _ = self.to_cartesian(self.from_cartesian(x)[0])
             return (back - self.superpose(x)).square().sum(-1).mean(-1).sqrt()
 
@@ -385,3 +403,12 @@ def _sparsest_cut(torsions: torch.Tensor, bins: int) -> torch.Tensor:
     counts.scatter_add_(0, which, torch.ones_like(torsions))
     smooth = counts + 0.5 * (counts.roll(1, 0) + counts.roll(-1, 0))
     return -math.pi + width * (smooth.argmin(0).to(_F64) + 0.5)
+
+
+def _goes_around(torsions: torch.Tensor) -> torch.Tensor:
+    """(m,) bool per column of (n, m) torsions: every one of CIRCULAR_BINS bins is populated."""
+    width = TWO_PI / CIRCULAR_BINS
+    which = torch.floor((torsions + math.pi) / width).long().clamp_(0, CIRCULAR_BINS - 1)
+    counts = torch.zeros(CIRCULAR_BINS, torsions.shape[1], dtype=_F64)
+    counts.scatter_add_(0, which, torch.ones_like(torsions))
+    return counts.min(0).values >= CIRCULAR_MIN_DENSITY * torsions.shape[0] / CIRCULAR_BINS

@@ -1,0 +1,64 @@
+"""Geometry of internal coordinates in float64 torch: bonds, angles, torsions, NeRF placement, Kabsch fits.
+
+Positions are in nm, angles in radians. Shapes: (..., 3) per atom position unless stated.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bgp4.errors import InputError
+
+__all__ = ["frames_view", "bond_angle", "dihedral", "place_atom", "kabsch"]
+
+
+def frames_view(x: torch.Tensor | np.ndarray, n_atoms: int) -> torch.Tensor:
+    """(batch, n_atoms, 3) view of x given as (batch, 3 n_atoms) or (batch, n_atoms, 3)."""
+    x = torch.as_tensor(x)
+    if x.ndim == 2 and x.shape[1] == 3 * n_atoms:
+        return x.view(x.shape[0], n_atoms, 3)
+    if x.ndim == 3 and tuple(x.shape[1:]) == (n_atoms, 3):
+        return x
+    raise InputError(f"positions must be (batch, {n_atoms}, 3) or (batch, {3 * n_atoms}) in nm, got {tuple(x.shape)}")
+
+
+def bond_angle(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Angle a-b-c in rad (vertex b) of (..., 3) positions; atan2 form, accurate near 0 and pi."""
+    u, v = a - b, c - b
+    return torch.atan2(torch.linalg.cross(u, v).norm(dim=-1), (u * v).sum(-1))
+
+
+def dihedral(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Torsion a-b-c-d in rad, (-pi, pi], IUPAC sign (as mdtraj.compute_dihedrals)."""
+    b1, b2, b3 = b - a, c - b, d - c
+    n1, n2 = torch.linalg.cross(b1, b2), torch.linalg.cross(b2, b3)
+    y = b2.norm(dim=-1) * (b1 * n2).sum(-1)
+    return torch.atan2(y, (n1 * n2).sum(-1))
+
+
+def place_atom(a, b, c, r, theta, phi) -> torch.Tensor:
+    """Position d with |d - c| = r, angle b-c-d = theta, torsion a-b-c-d = phi (NeRF)."""
+    bc = c - b
+    bc = bc / bc.norm(dim=-1, keepdim=True)
+    n = torch.linalg.cross(b - a, bc)
+    n = n / n.norm(dim=-1, keepdim=True)
+    m = torch.linalg.cross(n, bc)
+    rs = r * torch.sin(theta)
+    d = (-r * torch.cos(theta)).unsqueeze(-1) * bc + (rs * torch.cos(phi)).unsqueeze(-1) * m
+    return c + d + (rs * torch.sin(phi)).unsqueeze(-1) * n
+
+
+def kabsch(p: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Centroids (B, 1, 3) and rotations Rt (B, 3, 3) with (p - centroid) @ Rt ~ ref (centered).
+
+    Float64 SVD; the rotation is treated as a constant by autograd (it is chosen, not learned).
+    """
+    centroid = p.mean(dim=1, keepdim=True)
+    with torch.no_grad():
+        h = (p - centroid).transpose(1, 2) @ ref
+        u, _, vh = torch.linalg.svd(h)
+        d = torch.sign(torch.linalg.det(u @ vh))
+        flip = torch.ones_like(u[:, 0, :])
+        flip[:, 2] = d  # avoid reflections: det(R) = +1
+        rt = (u * flip.unsqueeze(1)) @ vh
+    return centroid, rt
