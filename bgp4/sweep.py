@@ -355,7 +355,7 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
     pending = [r for r in plan.runs if not r.done]
     failures: dict[str, str] = {}
     if pending or plan.md is not None:
-        size = local_cluster_size(len(pending), plan.runs[0].threads, plan.runs[0].gpus, workers)
+        size = 0 if scheduler else local_cluster_size(len(pending), plan.runs[0].threads, plan.runs[0].gpus, workers)
         with open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
             plan.out.mkdir(parents=True, exist_ok=True)
             (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
