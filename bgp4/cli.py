@@ -6,7 +6,9 @@ other failures (`Bgp4Error`), 130 after Ctrl-C. No traceback for user mistakes.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
+import typing
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -181,15 +183,27 @@ def sample(
 @app.command()
 @handles_errors
 def analyze(
-    runs: list[Path] = typer.Argument(..., help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
+    runs: Optional[list[Path]] = typer.Argument(None, help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
     data: Path = typer.Option(Path("data/ala2-600K.h5"), "--data", help="The MD data file the runs were trained on."),
     out: Path = typer.Option(Path("report"), "--out", help="Report directory (figures, metrics.json, report.md)."),
     seed: int = typer.Option(0, help="Seed of the noise reference."),
     workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep", help="Aggregate the sweep in this directory over seeds into SWEEP/report/ (instead of RUNS)."),
+    refresh: bool = typer.Option(False, "--refresh", help="With --sweep: analyze every run again (after an update of the analysis)."),
 ) -> None:
     """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
+    if sweep_dir is not None:
+        from bgp4.aggregate import write_sweep_report
+
+        if runs:
+            raise InputError("give either run directories or --sweep DIR, not both")
+        write_sweep_report(sweep_dir, refresh=refresh, workers=workers)
+        typer.echo(f"report written to {sweep_dir / 'report' / 'report.md'}")
+        return
     from bgp4.report import analyze as run_analysis
 
+    if not runs:
+        raise InputError("name the run directories to analyze (or --sweep DIR)")
     run_analysis(data, list(runs), out, seed=seed, workers=workers)
     typer.echo(f"report written to {out / 'report.md'}")
 
@@ -207,6 +221,61 @@ def pipeline(
     from bgp4.pipeline import run_pipeline
 
     run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo)
+
+
+# `bgp4 sweep` takes every `bgp4 train` setting with train's own option (name, help, default);
+# these train parameters are not settings, or the sweep has its own meaning for them
+_NOT_SWEEP_SETTINGS = {"out", "overwrite", "quiet", "data", "model", "seed", "workers"}
+
+
+def _with_train_settings(command: Callable) -> Callable:
+    """Append train's setting options to `command`'s signature; they arrive in its **settings."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    hints = typing.get_type_hints(train)  # typer reads types from the annotations, resolved here
+    shared = [p.replace(annotation=hints[name]) for name, p in inspect.signature(train).parameters.items()
+              if name not in _NOT_SWEEP_SETTINGS]
+    command.__signature__ = inspect.Signature(own + shared)
+    command.__annotations__.update({p.name: p.annotation for p in shared})
+    return command
+
+
+@app.command()
+@handles_errors
+@_with_train_settings
+def sweep(
+    data: Path = typer.Option(..., "--data", help="MD data file; simulated first (with the preset's MD settings) if it does not exist."),
+    models: str = typer.Option("rnvp,p4inv", "--models", help="Comma-separated generators; the first is the reference of the paired comparisons."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per model (0 .. N-1); seed k gives every model the same train/test split."),
+    out: Path = typer.Option(..., "--out", help="Sweep directory: runs/<model>-s<seed>/, report/."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="quick|paper: the train, sample and MD sizes of `bgp4 pipeline`; settings given here win."),
+    samples: Optional[int] = typer.Option(None, "--samples", help="Samples per run. [default: the preset's, else 100000]"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of a running Dask scheduler (tcp://host:8786); default: a local cluster on this machine."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Local cluster: worker processes, one run each. [default: cores / threads-per-run]"),
+    threads_per_run: int = typer.Option(1, "--threads-per-run", help="Torch threads and energy processes of each run."),
+    gpus_per_run: float = typer.Option(0.0, "--gpus-per-run", help="GPUs per run, as Dask worker resources (start workers with --resources GPU=1); 0.5 puts two runs on a GPU."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    **settings,
+) -> None:
+    """Train, sample and analyze every (model, seed) as a task on Dask distributed; report over seeds.
+
+    Each run is a resumable directory: a task whose worker dies is run again and resumes from its
+    checkpoint, and the same command run again skips finished runs. The report gives each
+    metric's mean and 95 % interval over seeds and paired differences against the first model.
+    """
+    from bgp4.config import TrainSettings, merge_settings, read_config_file
+    from bgp4.pipeline import PRESETS
+    from bgp4.sweep import plan_sweep, run_sweep
+
+    if preset is not None and preset not in PRESETS:
+        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    chosen = PRESETS[preset] if preset else {"md": {}, "train": {}, "sample": {}}
+    config = settings.pop("config", None)
+    flags = {("compile" if k == "compile_mode" else k): v for k, v in settings.items()}
+    base = merge_settings(TrainSettings, {**chosen["train"], **(read_config_file(config) if config else {})}, flags)
+    n_samples = samples if samples is not None else chosen["sample"].get("n", 100_000)
+    plan = plan_sweep(out, data, [m.strip() for m in models.split(",") if m.strip()], seeds, base, n_samples,
+                      threads_per_run=threads_per_run, gpus_per_run=gpus_per_run, md=chosen["md"])
+    run_sweep(plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

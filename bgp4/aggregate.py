@@ -1,0 +1,285 @@
+"""The report of a sweep: every metric over seeds, with 95 % intervals and paired comparisons.
+
+Each run of a sweep has its own `report/metrics.json` from `bgp4.report.analyze`; this module
+collects the numeric per-model metrics of those files (whatever keys the analysis writes), and
+per model and metric computes the mean over seeds with a Student-t 95 % interval. Each model is
+compared with the first one seed by seed (the same seed means the same train/test split and the
+same sample seed): the mean paired difference, its t interval and a paired t-test p-value.
+Writes `report/metrics.json` (per-seed values too), `report/report.md`, `report/seeds.png/.pdf`
+(every seed a dot, mean and interval) and `report/energies.png/.pdf` (violins pooled per model).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bgp4.errors import InputError
+
+__all__ = ["t_interval", "paired_difference", "summarize_sweep", "write_sweep_report", "LEVEL"]
+
+LEVEL = 0.95
+#: Display order and labels of the metrics bgp4's analysis is known to write; others follow by name.
+KNOWN: dict[str, str] = {
+    "energy_shift_kT": "energy shift vs MD (kT)",
+    "median_energy_kT": "median energy (kT)",
+    "mean_energy_kT": "mean energy (kT)",
+    "energy_w2": "energy W2 (kT)",
+    "low_energy_fraction": "low-energy fraction",
+    "reverse_ess": "reverse ESS",
+    "log10_reverse_ess": "log10 reverse ESS",
+    "ramachandran_kl": "Ramachandran KL",
+    "ramachandran_kl_reweighted": "Ramachandran KL, reweighted",
+    "ramachandran_tv": "Ramachandran TV",
+    "ramachandran_tv_reweighted": "Ramachandran TV, reweighted",
+    "dF_phi_kT": "dF(phi > 0) (kT)",
+    "test_nll": "test NLL (nats)",
+    "train_wall_min": "training wall time (min)",
+    "n_nonfinite": "samples with non-finite energy",
+    "out_of_domain": "samples outside the IC domain",
+    "n_zero_weight": "samples with zero weight",
+}
+#: Bookkeeping numbers of a run, not properties of a model.
+SKIPPED = {"n_samples", "train_wall_s"}
+
+
+def _finite(values: list[float | None]) -> np.ndarray:
+    array = np.array([v for v in values if v is not None], dtype=np.float64)
+    return array[np.isfinite(array)]
+
+
+def t_interval(values: list[float | None], level: float = LEVEL) -> dict[str, Any]:
+    """Mean and Student-t interval of the finite values: {mean, low, high, n} (None where undefined)."""
+    from scipy import stats
+
+    x = _finite(values)
+    n = int(x.size)
+    if n == 0:
+        return {"mean": None, "low": None, "high": None, "n": 0}
+    mean = float(x.mean())
+    if n < 2:
+        return {"mean": mean, "low": None, "high": None, "n": n}
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+def paired_difference(values: list[float | None], reference: list[float | None], level: float = LEVEL) -> dict[str, Any]:
+    """`values - reference` over pairs where both are finite: t interval of the mean and paired t-test p."""
+    from scipy import stats
+
+    pairs = [(a, b) for a, b in zip(values, reference)
+             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    result = t_interval([a - b for a, b in pairs], level)
+    result["p"] = None
+    if len(pairs) >= 2:
+        a, b = np.array(pairs, dtype=np.float64).T
+        if np.any(a != b):
+            p = float(stats.ttest_rel(a, b).pvalue)
+            result["p"] = p if math.isfinite(p) else None
+    return result
+
+
+def _metric_order(keys: set[str]) -> list[str]:
+    return [k for k in KNOWN if k in keys] + sorted(keys - set(KNOWN))
+
+
+def _numeric_metrics(summary: dict[str, Any], complete: dict[str, Any]) -> dict[str, float | None]:
+    """The numeric scalars of one run's per-model metrics, plus test NLL and training time."""
+    values = {k: (None if v is None else float(v)) for k, v in summary.items()
+              if k not in SKIPPED and (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))}
+    if values.get("test_nll") is None and complete.get("test_nll_end") is not None:
+        values["test_nll"] = float(complete["test_nll_end"])
+    if complete.get("wall_s") is not None:
+        values["train_wall_min"] = float(complete["wall_s"]) / 60.0
+    ess = values.get("reverse_ess")
+    if ess is not None and ess > 0:  # ESS spans orders of magnitude: its log is the better-behaved statistic
+        values["log10_reverse_ess"] = math.log10(ess)
+    return values
+
+
+def collect(sweep_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[int, dict[str, Any]]]]:
+    """(sweep record, model -> seed -> {metrics, run, kT, threshold}) of the runs that have a report."""
+    sweep_dir = Path(sweep_dir)
+    record_path = sweep_dir / "sweep.json"
+    if not record_path.exists():
+        raise InputError(f"{sweep_dir} is not a bgp4 sweep directory (no sweep.json)")
+    record = json.loads(record_path.read_text())
+    runs: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in record["models"]}
+    for name, info in record["runs"].items():
+        run = sweep_dir / "runs" / name
+        path = run / "report" / "metrics.json"
+        if not path.exists():
+            continue
+        metrics = json.loads(path.read_text())
+        (summary,) = metrics["models"].values()
+        complete_path = run / "complete.json"
+        complete = json.loads(complete_path.read_text()) if complete_path.exists() else {}
+        runs[info["model"]][int(info["seed"])] = {
+            "run": run, "values": _numeric_metrics(summary, complete),
+            "kT": metrics["kT_kJ_per_mol"], "threshold": metrics["low_energy_threshold_kT"],
+        }
+    return record, runs
+
+
+def summarize_sweep(models: list[str], runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Per metric: per-model seeds, values, mean and interval; paired differences against models[0]."""
+    keys = _metric_order({k for per_seed in runs.values() for r in per_seed.values() for k in r["values"]})
+    reference = models[0]
+    out: dict[str, Any] = {}
+    for key in keys:
+        entry: dict[str, Any] = {"label": KNOWN.get(key, key), "models": {}, "paired": {}}
+        for model in models:
+            per_seed = {seed: r["values"].get(key) for seed, r in sorted(runs[model].items())}
+            entry["models"][model] = {**t_interval(list(per_seed.values())), "values": {str(s): v for s, v in per_seed.items()}}
+        for model in models[1:]:
+            seeds = sorted(set(runs[model]) & set(runs[reference]))
+            entry["paired"][model] = {
+                **paired_difference([runs[model][s]["values"].get(key) for s in seeds],
+                                    [runs[reference][s]["values"].get(key) for s in seeds]),
+                "against": reference,
+            }
+        out[key] = entry
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def _interval(entry: dict[str, Any]) -> str:
+    if entry["mean"] is None:
+        return "n/a"
+    if entry["low"] is None:
+        return f"{_fmt(entry['mean'])} (n={entry['n']})"
+    return f"{_fmt(entry['mean'])} [{_fmt(entry['low'])}, {_fmt(entry['high'])}]"
+
+
+def _sentence(model: str, reference: str, summary: dict[str, Any]) -> str:
+    """A plain paragraph on `model` vs `reference`: the significant differences, then the rest."""
+    significant, unclear = [], []
+    n = 0
+    for entry in summary.values():
+        d = entry["paired"][model]
+        n = max(n, d["n"])
+        if d["p"] is not None and d["p"] < 1 - LEVEL:
+            direction = "higher" if d["mean"] > 0 else "lower"
+            significant.append(f"{direction} {entry['label']} ({d['mean']:+.3g}, {LEVEL:.0%} CI {_fmt(d['low'])} to "
+                               f"{_fmt(d['high'])}, p = {d['p']:.2g})")
+        elif d["n"] >= 2:
+            unclear.append(entry["label"])
+    if n < 2:
+        return f"- **{model} vs {reference}**: fewer than 2 paired seeds, no test possible."
+    text = f"- **{model} vs {reference}** ({n} paired seeds): "
+    text += ("; ".join(significant) + ". " if significant else "no difference is significant at the 5 % level. ")
+    if significant and unclear:
+        text += "Not distinguishable from seed noise (p >= 0.05): " + ", ".join(unclear) + "."
+    return text.strip()
+
+
+def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
+    """Markdown: the table of means and intervals, paired differences, and the figures."""
+    models = record["models"]
+    counts = {m: max((e["models"][m]["n"] for e in summary.values()), default=0) for m in models}
+    header = ["metric"] + [f"{m} (n={counts[m]})" for m in models] + [f"{m} - {models[0]}" for m in models[1:]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for entry in summary.values():
+        cells = [entry["label"]] + [_interval(entry["models"][m]) for m in models]
+        for m in models[1:]:
+            d = entry["paired"][m]
+            cells.append(_interval(d) + ("" if d["p"] is None else f", p = {d['p']:.2g}"))
+        lines.append("| " + " | ".join(cells) + " |")
+    comparisons = "\n".join(_sentence(m, models[0], summary) for m in models[1:]) or "(one model: nothing to compare)"
+    return (
+        "# bgp4 sweep report\n\n"
+        f"MD data: `{record['data']}`; models {', '.join(models)}; seeds {', '.join(map(str, record['seeds']))}.\n"
+        f"Each cell: mean over seeds [{LEVEL:.0%} Student-t interval]. Differences are paired by seed "
+        "(same train/test split and sample seed) with a paired t-test.\n\n"
+        + "\n".join(lines) + "\n\n## Comparisons\n\n" + comparisons + "\n\n## Figures\n\n"
+        "Every seed (dots) with the mean and its interval:\n\n![seeds](seeds.png)\n\n"
+        "Sample energies pooled over seeds (kT):\n\n![energies](energies.png)\n"
+    )
+
+
+def seeds_figure(models: list[str], summary: dict[str, Any], path: Path) -> list[Path]:
+    """One panel per metric: each seed a dot, the mean with its interval as a bar."""
+    from bgp4 import plots
+
+    @plots._styled
+    def draw() -> list[Path]:
+        keys = [k for k, e in summary.items() if any(e["models"][m]["n"] for m in models)]
+        ncols = min(4, max(1, len(keys)))
+        fig, axes = plots._new_figure(max(1, len(keys)), panel_size=(2.4, 2.2), ncols=ncols)
+        for ax, key in zip(axes, keys):
+            entry = summary[key]
+            for i, model in enumerate(models):
+                e = entry["models"][model]
+                values = [v for v in e["values"].values() if v is not None and math.isfinite(v)]
+                offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else np.zeros(len(values))
+                ax.plot(i + offsets, values, "o", color=plots._color(i + 2), alpha=0.6, ms=3.5)  # C0, C1: MD columns
+                if e["mean"] is not None:
+                    err = None if e["low"] is None else [[e["mean"] - e["low"]], [e["high"] - e["mean"]]]
+                    ax.errorbar([i + 0.3], [e["mean"]], yerr=err, fmt="s", color="0.15", ms=4, capsize=3)
+            ax.set_xticks(range(len(models)), models, rotation=20, ha="right")
+            ax.set_xlim(-0.5, len(models) - 0.3)
+            ax.set_title(entry["label"])
+        return plots._save(fig, path)
+
+    return draw()
+
+
+def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, Any]]], path: Path) -> list[Path]:
+    """Energy violins: MD, then each model's samples pooled over its seeds (kT)."""
+    from bgp4 import plots
+    from bgp4.data import load_trajectory
+    from bgp4.sample import default_samples_path
+
+    done = [(m, r) for m in record["models"] for r in runs[m].values()]
+    if not done:
+        return []
+    kT = done[0][1]["kT"]
+    data = load_trajectory(record["data"], n_atoms=22)
+    columns = {"MD": data.energies / kT}
+    threshold = float(np.mean([r["threshold"] for _, r in done]))
+    low = {"MD": float(np.mean(columns["MD"] < threshold))}
+    for model in record["models"]:
+        if not runs[model]:
+            continue
+        energies = [load_trajectory(default_samples_path(r["run"]), n_atoms=22).energies / kT for r in runs[model].values()]
+        columns[model] = np.concatenate(energies)
+        fractions = [r["values"].get("low_energy_fraction") for r in runs[model].values()]
+        low[model] = t_interval(fractions)["mean"]
+    return plots.energy_violins(columns, low, path, threshold=threshold)
+
+
+def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: int = 0) -> dict[str, Any]:
+    """Aggregate the runs of a sweep into `<sweep_dir>/report/`; returns the metrics written.
+
+    Runs that are sampled but have no per-run report (or all of them, with `refresh`) are
+    analyzed first, with the current `bgp4 analyze`.
+    """
+    from bgp4.report import analyze
+    from bgp4.sample import default_samples_path
+
+    sweep_dir = Path(sweep_dir)
+    record, _ = collect(sweep_dir)
+    for name in record["runs"]:
+        run = sweep_dir / "runs" / name
+        if default_samples_path(run).exists() and (refresh or not (run / "report" / "metrics.json").exists()):
+            analyze(record["data"], [run], run / "report", seed=int(record["runs"][name]["seed"]), workers=workers)
+    record, runs = collect(sweep_dir)
+    if not any(runs.values()):
+        raise InputError(f"no run of {sweep_dir} has been analyzed yet; run the sweep first")
+    summary = summarize_sweep(record["models"], runs)
+    out = sweep_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    figures = {"seeds": seeds_figure(record["models"], summary, out / "seeds"),
+               "energies": energies_figure(record, runs, out / "energies")}
+    metrics = {"models": record["models"], "seeds": record["seeds"], "level": LEVEL,
+               "reference_model": record["models"][0], "metrics": summary,
+               "figures": {k: [p.name for p in v] for k, v in figures.items()}}
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    (out / "report.md").write_text(render(record, summary))
+    return metrics

@@ -1,0 +1,411 @@
+"""Sweeps: every (model, seed) pair as one resumable run, executed as a task on Dask distributed.
+
+Layout of a sweep directory DIR:
+`sweep.json` (models, seeds, data file, settings), `runs/<model>-s<seed>/` (a `bgp4 train` run
+directory with `samples.h5`, its own `report/` from `bgp4 analyze`, `log.txt` and `sweep-done.json`),
+and `report/` (the aggregate over seeds, see `bgp4.aggregate`).
+
+A task trains, samples and analyzes one run. Train and sample resume from what is on disk, so a
+task that is run again (a worker died, the sweep command was killed) continues where the last
+copy stopped. A lock file in the run directory (`run.lock`, an OS lock the kernel drops when its
+process dies) keeps two copies of the same task from writing at once: a copy still running on a
+worker the scheduler gave up on is waited for, never raced.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from bgp4.config import MODELS, TrainSettings
+from bgp4.errors import Bgp4Error, InputError
+
+__all__ = ["RunSpec", "SweepPlan", "plan_sweep", "run_sweep", "run_task", "simulate_task", "open_client",
+           "SWEEP_FILE", "DONE_FILE"]
+
+SWEEP_FILE = "sweep.json"
+DONE_FILE = "sweep-done.json"
+LOG_FILE = "log.txt"
+LOCK_FILE = "run.lock"
+#: Retries of a task that raised; a task whose worker died is rescheduled by the scheduler
+#: (`distributed.scheduler.allowed-failures`, 3 by default) and resumes from its checkpoint.
+RETRIES = 2
+#: Seconds to wait for a scheduler given with --scheduler (the CLI promises an answer within 15 s).
+CONNECT_TIMEOUT_S = 10
+#: Settings that say how a run is executed, not what it computes: a resumed sweep may change them.
+EXECUTION_ONLY = ("workers",)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (model, seed) run: where it lives and everything its task needs (plain, picklable)."""
+
+    name: str
+    model: str
+    seed: int
+    path: str
+    train: dict[str, Any]
+    sample: dict[str, Any]
+    threads: int
+    gpus: float
+
+    @property
+    def done(self) -> bool:
+        """Trained, sampled and analyzed with exactly these settings by an earlier task."""
+        marker = Path(self.path) / DONE_FILE
+        if not marker.exists():
+            return False
+        try:
+            stored = json.loads(marker.read_text())
+        except ValueError:
+            return False
+        return _without_execution(stored.get("train", {})) == _without_execution(self.train) and \
+            _without_execution(stored.get("sample", {})) == _without_execution(self.sample)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: nothing is written until `run_sweep`."""
+
+    out: Path
+    data: Path
+    models: tuple[str, ...]
+    seeds: tuple[int, ...]
+    runs: tuple[RunSpec, ...]
+    md: dict[str, Any] | None  # MD settings when the data file must be simulated first
+
+    def record(self) -> dict[str, Any]:
+        common = {k: v for k, v in self.runs[0].train.items() if k not in ("model", "seed")}
+        return {"data": str(self.data), "models": list(self.models), "seeds": list(self.seeds),
+                "train": common, "sample": {k: v for k, v in self.runs[0].sample.items() if k != "seed"},
+                "md": self.md, "runs": {r.name: {"model": r.model, "seed": r.seed} for r in self.runs}}
+
+
+def _without_execution(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in EXECUTION_ONLY}
+
+
+def run_name(model: str, seed: int) -> str:
+    return f"{model}-s{seed}"
+
+
+def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: int, base: TrainSettings,
+               samples: int, sample_batch: int = 10_000, threads_per_run: int = 1, gpus_per_run: float = 0.0,
+               md: dict[str, Any] | None = None) -> SweepPlan:
+    """Check every input and build the runs; raises InputError (and touches nothing) on bad input.
+
+    `base` holds the train settings shared by all runs (its model and seed are replaced per run);
+    `md` are the MD settings used when `data` does not exist yet.
+    """
+    if not models:
+        raise InputError("--models needs at least one model")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise InputError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    if len(set(models)) != len(models):
+        raise InputError(f"--models lists a model twice: {','.join(models)}")
+    if n_seeds < 1:
+        raise InputError(f"--seeds must be at least 1, got {n_seeds}")
+    if threads_per_run < 1:
+        raise InputError(f"--threads-per-run must be at least 1, got {threads_per_run}")
+    if gpus_per_run < 0:
+        raise InputError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
+    out = Path(out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise InputError(f"sweep directory {out} is a file")
+    data = Path(data).expanduser().resolve()
+    md_settings = None
+    if not data.exists():
+        from bgp4.md import MDSettings
+
+        md_settings = asdict(MDSettings(**(md or {})))
+        MDSettings(**md_settings).resolved()  # bad MD settings fail here, before anything runs
+        if data.suffix != ".h5":
+            raise InputError(f"--data must be an mdtraj HDF5 file ending in .h5, got {data}")
+    elif not data.is_file():
+        raise InputError(f"--data {data} is not a file")
+    if base.device == "auto":  # the resource request decides, not whichever device a worker happens to see
+        base = dataclasses.replace(base, device="cuda" if gpus_per_run > 0 else "cpu")
+    if base.device.startswith("cuda") and gpus_per_run <= 0:
+        raise InputError("--device cuda needs --gpus-per-run > 0 so that runs are placed on GPU workers")
+    from bgp4.sample import SampleSettings  # torch: imported after the quick checks
+
+    seeds = tuple(range(n_seeds))
+    runs = []
+    for model in models:
+        for seed in seeds:
+            settings = dataclasses.replace(base, data=str(data), model=model, seed=seed, workers=base.workers or threads_per_run)
+            train = json.loads(json.dumps(asdict(settings.validated())))
+            sample = asdict(SampleSettings(n=samples, batch=sample_batch, device=settings.device, seed=seed,
+                                           workers=settings.workers).validated())
+            path = out / "runs" / run_name(model, seed)
+            train = _keep_execution_settings(path, train)
+            runs.append(RunSpec(run_name(model, seed), model, seed, str(path), train, sample, threads_per_run, gpus_per_run))
+    return SweepPlan(out, data, tuple(models), seeds, tuple(runs), md_settings)
+
+
+def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any]:
+    """An existing run keeps its execution-only settings; any other difference is refused."""
+    stored_path = path / "settings.json"
+    if not stored_path.exists():
+        return train
+    stored = json.loads(stored_path.read_text())
+    differ = sorted(k for k in set(stored) | set(train) if k not in EXECUTION_ONLY and stored.get(k) != train.get(k))
+    if differ:
+        raise InputError(f"{path} holds a run with other settings ({', '.join(differ)}); use another --out")
+    return {**train, **{k: stored[k] for k in EXECUTION_ONLY if k in stored}}
+
+
+# --------------------------------------------------------------------------- tasks (run on workers)
+
+
+@contextlib.contextmanager
+def _locked_and_logged(lock: Path, log: Path) -> Iterator[Callable[[str], None]]:
+    """Hold `lock` (waiting for another live holder) with stdout/stderr appended to `log`."""
+    from filelock import FileLock, Timeout
+
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    who = f"{socket.gethostname()} pid {os.getpid()}"
+    with open(log, "a", buffering=1) as stream, contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+        def say(message: str) -> None:
+            print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
+
+        file_lock = FileLock(str(lock))
+        try:
+            file_lock.acquire(timeout=0)
+        except Timeout:
+            say(f"{who}: another copy of this task holds {lock.name}; waiting for it to finish or die")
+            file_lock.acquire()
+        try:
+            say(f"{who}: task started")
+            yield say
+        except BaseException as error:
+            say(f"{who}: task failed: {type(error).__name__}: {error}")
+            raise
+        finally:
+            file_lock.release()
+
+
+def _select_gpu(gpus: float) -> None:
+    """On a worker with several visible GPUs, give each local worker its own (by worker name)."""
+    if gpus <= 0:
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    if count > 1:
+        from distributed import get_worker
+
+        with contextlib.suppress(ValueError):
+            name = get_worker().name
+            if isinstance(name, int) or str(name).isdigit():
+                torch.cuda.set_device(int(name) % count)
+
+
+def run_task(spec: RunSpec) -> dict[str, Any]:
+    """Train, sample and analyze one run (each stage resumes or is skipped when complete).
+
+    Returns {"run", "trained", "sampled", "analyzed", "wall_s"}, or {"run", "error"} for bad
+    input, which would fail the same way again: it is returned rather than raised, so that Dask
+    does not retry it. Other exceptions are raised and retried.
+    """
+    try:
+        return _run_stages(spec)
+    except InputError as error:
+        return {"run": spec.name, "error": str(error)}
+
+
+def _run_stages(spec: RunSpec) -> dict[str, Any]:
+    run = Path(spec.path)
+    with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE) as say:
+        import torch
+
+        from bgp4.report import analyze
+        from bgp4.sample import SampleSettings, sample_run
+        from bgp4.train import train
+
+        started = time.perf_counter()
+        torch.set_num_threads(spec.threads)
+        _select_gpu(spec.gpus)
+        settings = TrainSettings(**spec.train)
+        summary, trained = train(settings, run, progress=False)
+        say(f"train: {'trained' if trained else 'complete'}; test NLL {summary.get('test_nll_end')}, {summary.get('wall_s')} s")
+        samples, sampled = sample_run(run, SampleSettings(**spec.sample), progress=False)
+        say(f"sample: {'sampled' if sampled else 'complete'}; mean energy {samples.get('mean_energy_kT')} kT")
+        report = run / "report" / "metrics.json"
+        analyzed = sampled or not report.exists()
+        if analyzed:
+            analyze(settings.data, [run], run / "report", seed=spec.seed, workers=settings.workers)
+            say("analyze: metrics in report/metrics.json")
+        wall = time.perf_counter() - started
+        payload = {"train": spec.train, "sample": spec.sample, "host": socket.gethostname(), "task_wall_s": round(wall, 2)}
+        tmp = run / (DONE_FILE + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=1))
+        os.replace(tmp, run / DONE_FILE)
+        say(f"task finished in {wall:.1f} s")
+    return {"run": spec.name, "trained": trained, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
+
+
+def simulate_task(data: str, md: dict[str, Any]) -> str:
+    """Simulate the MD data file. `bgp4 simulate` runs as a child process: its replica processes
+    could not start inside a Dask worker, which is a daemonic process."""
+    import subprocess
+
+    out = Path(data)
+    with _locked_and_logged(out.with_name(out.name + ".lock"), out.with_name(out.name + ".log.txt")) as say:
+        if out.exists():
+            say(f"{out} exists")
+            return data
+        flags = [a for k, v in md.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+        say("bgp4 simulate " + " ".join(flags))
+        sys.stdout.flush()
+        done = subprocess.run([sys.executable, "-m", "bgp4.cli", "simulate", "--out", data, "--quiet", *flags],
+                              stdout=sys.stdout, stderr=sys.stdout)
+        if done.returncode != 0:
+            raise Bgp4Error(f"simulating {data} failed (exit code {done.returncode}); see {out.name}.log.txt")
+    return data
+
+
+# --------------------------------------------------------------------------- the client side
+
+
+def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, workers: int | None) -> int:
+    """Workers of the default local cluster: one run each, workers x threads <= cores (and GPUs)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    size = max(1, cores // threads_per_run)
+    if gpus_per_run > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise InputError("--gpus-per-run asks for GPUs, but torch sees none on this machine")
+        size = min(size, max(1, int(gpus / gpus_per_run)))
+    return max(1, workers if workers else min(size, n_tasks))
+
+
+def _reachable(address: str) -> None:
+    """Fail at once where nothing listens at a tcp:// address (Dask itself retries until its timeout)."""
+    from urllib.parse import urlsplit
+
+    if not address.startswith("tcp://"):
+        return
+    parts = urlsplit(address)
+    with socket.create_connection((parts.hostname, parts.port or 8786), timeout=CONNECT_TIMEOUT_S):
+        pass
+
+
+@contextlib.contextmanager
+def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0) -> Iterator[Any]:
+    """A `distributed.Client`: on `scheduler`, or on a new LocalCluster of `n_workers` processes."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            _reachable(scheduler)
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - refused, timed out, or something that is not a scheduler
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise InputError(f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})") from None
+        with client:
+            if gpus_per_run > 0:
+                offered = [w.get("resources", {}).get("GPU", 0) for w in client.scheduler_info()["workers"].values()]
+                if offered and max(offered) < gpus_per_run:
+                    raise InputError(f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1")
+            yield client
+        return
+    resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
+    # no memory limit: a worker holds one run, and a nanny restart for memory would only repeat it
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.CRITICAL, memory_limit=0, resources=resources) as cluster, Client(cluster) as client:
+        yield client
+
+
+def _progress_of(spec: RunSpec) -> str | None:
+    """`name step/total` of a run that is training (from its metrics log), else None."""
+    path = Path(spec.path) / "metrics.jsonl"
+    if not path.exists() or (Path(spec.path) / "complete.json").exists():
+        return None
+    lines = path.read_text().strip().splitlines()
+    try:
+        step = json.loads(lines[-1]).get("global_step", 0) if lines else 0
+    except ValueError:  # a line being written
+        return None
+    return f"{spec.name} {step}/{spec.train['steps'] + spec.train['energy_steps']}"
+
+
+def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None = None, progress: bool = True,
+              say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run every unfinished run of `plan` on Dask, then write the aggregate report; returns its metrics.
+
+    Raises Bgp4Error after the report if some runs failed even after their retries.
+    """
+    from tqdm.auto import tqdm
+
+    from bgp4.aggregate import write_sweep_report
+
+    pending = [r for r in plan.runs if not r.done]
+    failures: dict[str, str] = {}
+    if pending or plan.md is not None:
+        size = 0 if scheduler else local_cluster_size(len(pending), plan.runs[0].threads, plan.runs[0].gpus, workers)
+        with open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
+            plan.out.mkdir(parents=True, exist_ok=True)
+            (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
+            where = scheduler or f"a local cluster of {size} worker process(es), {plan.runs[0].threads} thread(s) per run"
+            say(f"{len(pending)} of {len(plan.runs)} runs to do on {where}")
+            if plan.md is not None and not plan.data.exists():
+                say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
+                client.submit(simulate_task, str(plan.data), plan.md, pure=False, retries=RETRIES).result()
+            resources = {"GPU": plan.runs[0].gpus} if plan.runs[0].gpus > 0 else None
+            futures = {client.submit(run_task, spec, pure=False, retries=RETRIES, resources=resources): spec for spec in pending}
+            failures = _follow(futures, progress, say, tqdm)
+    else:
+        say(f"all {len(plan.runs)} runs are complete")
+        (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
+    metrics: dict[str, Any] = {}
+    if len(failures) < len(plan.runs):
+        metrics = write_sweep_report(plan.out)
+        say(f"report in {plan.out / 'report' / 'report.md'}")
+    if failures:
+        listed = "; ".join(f"{name}: {why}" for name, why in sorted(failures.items()))
+        raise Bgp4Error(f"{len(failures)} run(s) failed ({listed}); see their log.txt, rerun to retry")
+    return metrics
+
+
+def _follow(futures: dict[Any, RunSpec], progress: bool, say: Callable[[str], None], tqdm: Any) -> dict[str, str]:
+    """One bar over runs, with the step of each training run; returns failed run -> reason."""
+    from distributed import as_completed
+
+    failures: dict[str, str] = {}
+    running = dict(futures)
+    queue = as_completed(list(futures))
+    shown = ""
+    with tqdm(total=len(futures), desc="runs", unit="run", disable=not progress) as bar:
+        while not queue.is_empty():
+            for future in queue.next_batch(block=False):
+                spec = running.pop(future)
+                if future.status == "error":
+                    error = future.exception()
+                    failures[spec.name] = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                    bar.write(f"{spec.name}: failed ({failures[spec.name]})")
+                elif "error" in future.result():
+                    failures[spec.name] = future.result()["error"]
+                    bar.write(f"{spec.name}: failed ({failures[spec.name]})")
+                else:
+                    result = future.result()
+                    bar.write(f"{spec.name}: {'trained' if result['trained'] else 'resumed complete'}, "
+                              f"{result['wall_s']:.0f} s")
+                bar.update(1)
+            steps = ", ".join([s for s in (_progress_of(spec) for spec in running.values()) if s][:4])
+            if steps != shown:
+                bar.set_postfix_str(shown := steps, refresh=True)
+            time.sleep(0.5)
+    return failures

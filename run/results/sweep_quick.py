@@ -1,0 +1,88 @@
+"""Wall time of a quick-preset sweep on Dask against the same runs one after another.
+
+    python run/results/sweep_quick.py [--out out/sweep-bench] [--seeds 3] [--tiny]
+
+1. MD data with the quick preset's settings (`bgp4 simulate`, not timed; skipped if present).
+2. Sequential: each (model, seed) run with the plain CLI, one after another
+   (`bgp4 train`, `bgp4 sample`, `bgp4 analyze`, torch on all cores), timed.
+3. `bgp4 sweep` of the same runs on the default local cluster, timed, with the share of CPU
+   time the machine's cores were busy (from /proc/stat) while it ran.
+Prints the wall times, the speedup, and the sweep's overhead: its wall time against the sum of
+its tasks' own wall times divided by the number of workers (what a perfect scheduler needs).
+`--tiny` uses a few dozen steps and few samples (a smoke test of this script, minutes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+QUICK_MD = ["--frames", "50000", "--equilibration-ps", "20"]
+QUICK_TRAIN = ["--steps", "4000", "--energy-steps", "400", "--eval-every", "500"]
+QUICK_SAMPLES = "20000"
+TINY_MD = ["--frames", "3000", "--equilibration-ps", "2"]
+TINY_TRAIN = ["--steps", "60", "--energy-steps", "5", "--blocks", "2", "--hidden", "16", "--batch", "64", "--eval-every", "20"]
+TINY_SAMPLES = "300"
+
+
+def bgp4(*args: str) -> float:
+    """Run one bgp4 command; returns its wall time in s (raises if it fails)."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "bgp4.cli", *args], check=True)
+    return time.perf_counter() - started
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("out/sweep-bench"))
+    parser.add_argument("--models", default="rnvp,p4inv")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--tiny", action="store_true", help="tiny settings: a smoke test of this script")
+    a = parser.parse_args()
+    md, train, samples = (TINY_MD, TINY_TRAIN, TINY_SAMPLES) if a.tiny else (QUICK_MD, QUICK_TRAIN, QUICK_SAMPLES)
+    data = a.out / "data.h5"
+    if not data.exists():
+        bgp4("simulate", "--out", str(data), *md, "--quiet")
+
+    runs = [(m, s) for m in a.models.split(",") for s in range(a.seeds)]
+    sequential: dict[str, float] = {}
+    for model, seed in runs:
+        run = a.out / "sequential" / f"{model}-s{seed}"
+        sequential[run.name] = (
+            bgp4("train", "--data", str(data), "--model", model, "--seed", str(seed), "--out", str(run), "--device", "cpu", *train, "--quiet")
+            + bgp4("sample", str(run), "--n", samples, "--seed", str(seed), "--device", "cpu", "--quiet")
+            + bgp4("analyze", "--data", str(data), str(run), "--out", str(run / "report"), "--seed", str(seed))
+        )
+    t_sequential = sum(sequential.values())
+
+    busy0, total0 = cpu_times()
+    t_sweep = bgp4("sweep", "--data", str(data), "--out", str(a.out / "sweep"), "--models", a.models,
+                   "--seeds", str(a.seeds), *train, "--samples", samples, "--quiet")
+    busy1, total1 = cpu_times()
+    tasks = {p.parent.name: json.loads(p.read_text())["task_wall_s"] for p in (a.out / "sweep" / "runs").glob("*/sweep-done.json")}
+    cores = len(os.sched_getaffinity(0))
+    workers = min(cores, len(runs))
+    ideal = sum(tasks.values()) / workers
+    result = {
+        "runs": len(runs), "cores": cores, "workers": workers,
+        "sequential_s": round(t_sequential, 1), "sequential_per_run_s": {k: round(v, 1) for k, v in sequential.items()},
+        "sweep_s": round(t_sweep, 1), "sweep_task_s": tasks, "speedup": round(t_sequential / t_sweep, 3),
+        "sweep_overhead": round(t_sweep / ideal - 1.0, 4), "cpu_busy_during_sweep": round((busy1 - busy0) / (total1 - total0), 3),
+    }
+    print(json.dumps(result, indent=1))
+    (a.out / "sweep_quick.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

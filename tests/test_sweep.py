@@ -1,0 +1,227 @@
+"""Sweeps on Dask: statistics over seeds, bad input, tiny sweeps on a LocalCluster, a killed worker."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bgp4.aggregate import paired_difference, render, summarize_sweep, t_interval
+from bgp4.config import MODELS, TrainSettings
+from bgp4.errors import InputError
+from bgp4.sweep import plan_sweep
+
+REAL_DATA = Path("/work/main/out/data/ala2-600K.h5")
+TINY = ["--steps", "60", "--energy-steps", "5", "--blocks", "2", "--hidden", "16", "--batch", "64",
+        "--eval-every", "20", "--samples", "300", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> Path:
+    """3,000 frames: every 50th of the first 150,000 of the real data set, else a short simulation."""
+    path = tmp_path_factory.mktemp("data") / "ala2.h5"
+    if REAL_DATA.exists():
+        import mdtraj
+
+        from bgp4.data import read_settings, write_trajectory
+
+        with mdtraj.formats.HDF5TrajectoryFile(str(REAL_DATA)) as f:
+            frames, topology = f.read(n_frames=150_000, stride=50), f.topology
+        chunk = {"coordinates": frames.coordinates, "potentialEnergy": frames.potentialEnergy}
+        write_trajectory(path, topology, iter([chunk]), read_settings(REAL_DATA))
+    else:
+        from bgp4.md import MDSettings, simulate
+
+        simulate(path, MDSettings(frames=3000, equilibration_ps=2.0, replicas=2, seed=3), progress=False)
+    return path
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_t_interval_covers_the_true_mean_at_its_level():
+    rng = np.random.default_rng(0)
+    covered = 0
+    for _ in range(2000):
+        e = t_interval(list(rng.normal(3.0, 2.0, size=4)))
+        covered += e["low"] <= 3.0 <= e["high"]
+    assert 0.93 < covered / 2000 < 0.97
+    single = t_interval([1.5, None, float("nan")])
+    assert single["mean"] == 1.5 and single["low"] is None and single["n"] == 1
+
+
+def test_paired_difference_removes_the_shared_seed_effect():
+    rng = np.random.default_rng(1)
+    seed_effect = rng.normal(0.0, 10.0, size=6)  # large spread shared by both models
+    a = seed_effect + rng.normal(0.0, 0.1, size=6)
+    b = a + 1.0 + rng.normal(0.0, 0.1, size=6)
+    paired = paired_difference(list(b), list(a))
+    unpaired_a, unpaired_b = t_interval(list(a)), t_interval(list(b))
+    assert paired["low"] < 1.0 < paired["high"] and paired["high"] - paired["low"] < 1.0
+    assert paired["p"] < 1e-3
+    assert (unpaired_a["high"] - unpaired_a["low"]) > 10 * (paired["high"] - paired["low"])
+    assert paired_difference([1.0, 2.0], [1.0, 2.0])["p"] is None  # identical: no test
+
+
+def test_report_says_which_differences_are_significant():
+    jitter = {"rnvp": [0.0, 0.02, -0.01, 0.03], "p4inv": [0.01, -0.02, 0.0, 0.02]}
+    runs = {m: {s: {"values": {"energy_shift_kT": base + 0.1 * s + jitter[m][s], "reverse_ess": 0.1 + 0.05 * ((s * 7) % 3)}}
+                for s in range(4)} for m, base in (("rnvp", 1.0), ("p4inv", 0.5))}
+    summary = summarize_sweep(["rnvp", "p4inv"], runs)
+    assert list(summary) == ["energy_shift_kT", "reverse_ess"]  # known metrics in display order
+    shift = summary["energy_shift_kT"]
+    assert shift["models"]["rnvp"]["values"] == {str(s): 1.0 + 0.1 * s + jitter["rnvp"][s] for s in range(4)}
+    assert shift["paired"]["p4inv"]["mean"] == pytest.approx(-0.5 + np.mean(jitter["p4inv"]) - np.mean(jitter["rnvp"]))
+    text = render({"data": "d.h5", "models": ["rnvp", "p4inv"], "seeds": [0, 1, 2, 3]}, summary)
+    assert "lower energy shift vs MD" in text and "reverse ESS" in text.split("Not distinguishable")[1]
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_plan_validates_models_seeds_and_existing_runs(data_file, tmp_path):
+    base = TrainSettings(steps=10)
+    with pytest.raises(InputError, match="unknown model"):
+        plan_sweep(tmp_path / "s", data_file, ["rnvp", "nope"], 2, base, 100)
+    with pytest.raises(InputError, match="--seeds"):
+        plan_sweep(tmp_path / "s", data_file, list(MODELS[:1]), 0, base, 100)
+    plan = plan_sweep(tmp_path / "s", data_file, list(MODELS), 2, base, 100, threads_per_run=2)
+    assert [(r.model, r.seed) for r in plan.runs] == [(m, s) for m in MODELS for s in (0, 1)]
+    assert all(r.train["workers"] == 2 and r.train["device"] == "cpu" for r in plan.runs)
+    assert not (tmp_path / "s").exists()
+    # an existing run with other settings is refused before anything starts
+    run = Path(plan.runs[0].path)
+    run.mkdir(parents=True)
+    (run / "settings.json").write_text(json.dumps({**plan.runs[0].train, "steps": 11}))
+    with pytest.raises(InputError, match="steps"):
+        plan_sweep(tmp_path / "s", data_file, list(MODELS), 2, base, 100)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--models", "rnvp,nonsense"], "unknown model"),
+    (["--seeds", "0"], "--seeds"),
+])
+def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(data_file, tmp_path, args, message):
+    result = _cli("sweep", "--data", str(data_file), "--out", "sweep", *args, cwd=tmp_path)
+    assert message in _one_line_error(result)
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_unanswered_scheduler_fails_within_15_s(data_file, tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    result = _cli("sweep", "--data", str(data_file), "--out", "sweep", "--scheduler", f"tcp://127.0.0.1:{port}", cwd=tmp_path)
+    assert time.monotonic() - started < 15
+    assert "no Dask scheduler answered" in _one_line_error(result)
+    assert not (tmp_path / "sweep").exists()
+
+
+# --------------------------------------------------------------------------- tiny sweeps
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(data_file, tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    result = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY, cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "s", result
+
+
+@pytest.mark.slow
+def test_tiny_sweep_writes_runs_and_a_report_over_seeds(tiny_sweep):
+    out, result = tiny_sweep
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert runs == ["p4inv-s0", "p4inv-s1", "rnvp-s0", "rnvp-s1"]
+    for name in runs:
+        assert (out / "runs" / name / "complete.json").exists() and (out / "runs" / name / "samples.h5").exists()
+        assert "task finished" in (out / "runs" / name / "log.txt").read_text()
+    # the same seed gives every model the same split
+    for seed in (0, 1):
+        a, b = (np.load(out / "runs" / f"{m}-s{seed}" / "split.npz") for m in ("rnvp", "p4inv"))
+        assert np.array_equal(a["test"], b["test"])
+    assert not np.array_equal(np.load(out / "runs" / "rnvp-s0" / "split.npz")["test"],
+                              np.load(out / "runs" / "rnvp-s1" / "split.npz")["test"])
+    metrics = json.loads((out / "report" / "metrics.json").read_text())
+    nll = metrics["metrics"]["test_nll"]
+    for model in ("rnvp", "p4inv"):
+        per_run = [json.loads((out / "runs" / f"{model}-s{s}" / "complete.json").read_text())["test_nll_end"] for s in (0, 1)]
+        assert nll["models"][model]["values"] == {"0": per_run[0], "1": per_run[1]}
+        assert nll["models"][model]["mean"] == pytest.approx(np.mean(per_run))
+    assert {"energy_shift_kT", "reverse_ess", "ramachandran_kl", "train_wall_min"} <= set(metrics["metrics"])
+    assert nll["paired"]["p4inv"]["n"] == 2
+    for name in ("seeds.png", "energies.png", "report.md"):
+        assert (out / "report" / name).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_rerun_skips_every_finished_run(tiny_sweep, data_file):
+    out, _ = tiny_sweep
+    models = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
+    again = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY, cwd=out.parent)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "all 4 runs are complete" in again.stdout
+    assert models == {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
+    assert all(log.read_text().count("task started") == 1 for log in (out / "runs").glob("*/log.txt"))
+
+
+@pytest.mark.slow
+def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text("checkpoint-minutes = 0.0002\n")  # a checkpoint at almost every step
+    args = ["sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", "--config", str(config),
+            *TINY[:TINY.index("--steps")], "--steps", "400", *TINY[TINY.index("--steps") + 2:]]
+    sweep = subprocess.Popen([sys.executable, "-m", "bgp4.cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    killed = None
+    deadline = time.monotonic() + 600
+    while killed is None and time.monotonic() < deadline and sweep.poll() is None:
+        for run in (tmp_path / "s" / "runs").glob("*"):
+            log, metrics = run / "log.txt", run / "metrics.jsonl"
+            if not (log.exists() and metrics.exists() and (run / "checkpoint.pt").exists()) or (run / "complete.json").exists():
+                continue
+            steps = [r["global_step"] for r in _records(run)]
+            if steps and steps[-1] >= 100:
+                pid = int(re.findall(r"pid (\d+): task started", log.read_text())[-1])
+                os.kill(pid, signal.SIGKILL)
+                killed = run
+                break
+        time.sleep(0.05)
+    stdout, stderr = sweep.communicate(timeout=900)
+    assert killed is not None, "no run was caught mid-training"
+    assert sweep.returncode == 0, stderr[-3000:]
+    runs = sorted((tmp_path / "s" / "runs").iterdir())
+    assert len(runs) == 4 and all((r / "complete.json").exists() for r in runs)
+    starts = re.findall(r"pid (\d+): task started", (killed / "log.txt").read_text())
+    assert len(starts) == 2 and starts[0] != starts[1]  # retried on a fresh worker process
+    for run in runs:
+        steps = [r["global_step"] for r in _records(run)]
+        assert steps == sorted(set(steps)), f"duplicated records in {run.name}"
+    twin = next(r for r in runs if r != killed and r.name.split("-")[0] == killed.name.split("-")[0])
+    assert len(_records(killed)) == len(_records(twin))
+    assert json.loads((tmp_path / "s" / "report" / "metrics.json").read_text())["metrics"]["test_nll"]["models"]["rnvp"]["n"] == 2
