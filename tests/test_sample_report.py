@@ -116,7 +116,7 @@ def test_pipeline_runs_and_skips_complete_stages(tmp_path, monkeypatch):
 
     tiny = {"md": {"frames": 600, "equilibration_ps": 1.0, "replicas": 2},
             "train": {**TINY, "steps": 20, "energy_steps": 2, "eval_every": 10},
-            "sample": {"n": 200, "batch": 100, "workers": 1}}
+            "sample": {"n": 200, "batch": 100, "workers": 1}, "models": ("rnvp", "p4inv")}
     monkeypatch.setitem(pipeline.PRESETS, "tiny", tiny)
     said: list[str] = []
     metrics = pipeline.run_pipeline("tiny", tmp_path / "out", progress=False, say=said.append)

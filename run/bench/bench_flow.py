@@ -1,4 +1,4 @@
-"""Cost of one maximum-likelihood training step of the paper's generators (batch 256, CPU).
+"""Cost of one maximum-likelihood training step of bgp4's generators on CPU (batch 256; spline kinds 512).
 
 A step = Cartesian -> flow coordinates (mixed transform) + flow inverse + log-likelihood +
 backward + Adam step. Times bgp4's RNVP and P4Inv generators and, on the same frames and the
@@ -13,7 +13,9 @@ the transform has no parameters; fused Adam); train_step_ms_*_from_cartesian the
 with the transform in every step and default Adam, like the plain one; flow_speedup_vs_plain
 (plain / bgp4 train step) and flow_speedup_vs_plain_same_inputs (plain / from_cartesian);
 train_step_ms_*_compiled and flow_speedup_vs_plain_compiled, the step with the likelihood
-compiled as `bgp4 train --compile on` (auto on long CPU runs) does it; plain_vs_fast_max_abs_diff.
+compiled as `bgp4 train --compile on` (auto on long CPU runs) does it; plain_vs_fast_max_abs_diff;
+train_step_ms_spline and train_step_ms_spline-p4inv (and _compiled), the spline kinds' step at their
+batch (--spline-batch, 512 as in the spline presets), timed in the same rounds as RNVP.
 
 Usage: python run/bench/bench_flow.py [--steps 30] [--threads 2] [--frames 3000] [--no-compile]
 """
@@ -118,6 +120,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--frames", type=int, default=3000)
+    parser.add_argument("--spline-batch", type=int, default=512, help="batch of the spline kinds' step")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the torch.compile'd step (`bgp4 train --compile`); about 2 min the first time")
     args = parser.parse_args()
@@ -127,9 +130,9 @@ def main() -> None:
     frames = md_frames(molecule, args.frames)
     batch = torch.as_tensor(frames[:256], dtype=torch.float32)
 
-    models = {kind: build_generator(kind, frames, molecule=molecule) for kind in ("rnvp", "p4inv")}
-    print(f"parameters_rnvp: {n_parameters(models['rnvp'])}")
-    print(f"parameters_p4inv: {n_parameters(models['p4inv'])}")
+    models = {kind: build_generator(kind, frames, molecule=molecule) for kind in ("rnvp", "p4inv", "spline", "spline-p4inv")}
+    for kind, model in models.items():
+        print(f"parameters_{kind}: {n_parameters(model)}")
     transform = models["rnvp"].transform
     plain = PlainRNVP(transform.n_dims, 25, 60)
     print(f"parameters_plain_rnvp: {n_parameters(plain)}")
@@ -150,28 +153,35 @@ def main() -> None:
         z, logdet_flow = plain.inverse(y)
         return -(-0.5 * z.square().sum(1) + logdet_flow + logdet_cart)
 
-    y_all, ld_all = models["rnvp"].flow_coordinates(torch.as_tensor(frames, dtype=torch.float32))
-
     def compiled(model):
         """`bgp4 train --compile on`: the same step with the likelihood compiled (timed once here)."""
-        nll = torch.compile(precomputed(model), dynamic=False)
+        nll = torch.compile(precomputed(model, batch_of(model)), dynamic=False)
         start = time.perf_counter()
         nll(batch).mean().backward()
         model.zero_grad(set_to_none=True)
         print(f"compile_s_{model.config['kind']}: {time.perf_counter() - start:.1f}")
         return nll
 
-    def precomputed(model):
+    coords = {kind: model.flow_coordinates(torch.as_tensor(frames, dtype=torch.float32)) for kind, model in models.items()}
+
+    def batch_of(model) -> int:
+        return args.spline_batch if model.config["kind"].startswith("spline") else 256
+
+    def precomputed(model, n: int = 256):
         """The step as `bgp4 train` runs it: flow coordinates of all frames computed once."""
+        y_k, ld_k = coords[model.config["kind"]]
+
         def nll(_batch: torch.Tensor) -> torch.Tensor:
-            z, logdet_flow = model.flow.inverse(y_all[:256])
-            return -(model.prior_log_prob(z) + logdet_flow + ld_all[:256])
+            z, logdet_flow = model.flow.inverse(y_k[:n])
+            return -(model.prior_log_prob(z) + logdet_flow + ld_k[:n])
         return nll
 
     # name: (module, loss of a Cartesian batch, fused Adam)
     runs = {
         "rnvp": (models["rnvp"], precomputed(models["rnvp"]), True),
         "p4inv": (models["p4inv"], precomputed(models["p4inv"]), True),
+        "spline": (models["spline"], precomputed(models["spline"], args.spline_batch), True),
+        "spline-p4inv": (models["spline-p4inv"], precomputed(models["spline-p4inv"], args.spline_batch), True),
         **({f"{kind}_compiled": (models[kind], compiled(models[kind]), True) for kind in models} if args.compile else {}),
         "rnvp_from_cartesian": (models["rnvp"], models["rnvp"].nll, False),
         "p4inv_from_cartesian": (models["p4inv"], models["p4inv"].nll, False),
@@ -179,7 +189,7 @@ def main() -> None:
     }
     opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4, fused=fused or None) for k, (m, _, fused) in runs.items()}
     # bgp4 train's extra per-step work: the finiteness check of the gradient and the P4Inv schedule
-    schedulers = {k: P4InvScheduler(m, opts[k]) for k, (m, _, fused) in runs.items() if fused and k.startswith("p4inv")}
+    schedulers = {k: P4InvScheduler(m, opts[k]) for k, (m, _, fused) in runs.items() if fused and "p4inv" in k}
     times: dict[str, list[float]] = {k: [] for k in runs}
     for step in range(args.steps + 3):
         for name, (module, nll, fused) in runs.items():
