@@ -210,3 +210,77 @@ def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
         zero = anneal(bg, energy, 100, 0, seed=1)
         direct = GeneratorTarget(bg, energy).evaluate(zero.z, grad=False)
         assert torch.equal(zero.log_w, zero.raw_log_w) and torch.equal(zero.log_w, direct.log_ratio)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from bgp4.md import MDSettings, simulate
+    from bgp4.train import TrainSettings, train
+
+    root = tmp_path_factory.mktemp("refine")
+    data = root / "ala2.h5"
+    simulate(data, MDSettings(frames=2000, equilibration_ps=2.0, replicas=2, seed=5), progress=False)
+    run = root / "rnvp"
+    train(TrainSettings(data=str(data), model="rnvp", blocks=2, hidden=16, batch=64, steps=60, energy_steps=0,
+                        eval_every=30, workers=1, fix_constrained=True), run, progress=False)
+    return data, run
+
+
+@pytest.mark.slow
+def test_cli_refine_zero_reproduces_raw_weights_and_analyze_lists_both(tiny_run, tmp_path):
+    from bgp4.cli import app
+    from bgp4.data import load_trajectory
+    from bgp4.sample import SAMPLE_EXTRAS
+
+    data, run = tiny_run
+    result = CliRunner().invoke(app, ["sample", str(run), "--n", "300", "--batch", "120", "--workers", "1",
+                                      "--refine", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    raw = load_trajectory(run / "samples.h5", 22, extras=SAMPLE_EXTRAS)
+    refined = load_trajectory(run / "samples-refined.h5", 22, extras=SAMPLE_EXTRAS)
+    assert np.array_equal(raw.extras["log_w"], refined.extras["log_w"])
+    assert np.array_equal(raw.xyz, refined.xyz)
+    assert refined.settings["energy_evals"] == 300 and refined.settings["acceptance"] == []
+    report = tmp_path / "report"
+    result = CliRunner().invoke(app, ["analyze", str(run), "--data", str(data), "--out", str(report), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    models = json.loads((report / "metrics.json").read_text())["models"]
+    assert set(models) == {"rnvp", "rnvp +AIS(0)"}
+    assert models["rnvp"]["reverse_ess"] == pytest.approx(models["rnvp +AIS(0)"]["reverse_ess"], rel=1e-3)
+    assert "energy evaluations per sample" in (report / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_killed_refinement_resumes_to_the_same_file(tiny_run, tmp_path, monkeypatch):
+    import bgp4.refine as refine_module
+    from bgp4.data import load_trajectory
+    from bgp4.sample import SAMPLE_EXTRAS, RefineSettings, SampleSettings, refine_run, sample_run
+
+    _, run = tiny_run
+    s, r = SampleSettings(n=200, batch=100, workers=1), RefineSettings(levels=3, steps=1, pilot=50)
+    outs = {}
+    for name in ("whole", "resumed"):
+        out = tmp_path / name / "samples.h5"
+        sample_run(run, s, out, progress=False)
+        if name == "resumed":
+            calls, step = [0], refine_module._hmc_step
+
+            def dies_in_batch_two(*args):
+                calls[0] += 1
+                if calls[0] == 3 * 3 + 3 + 2:  # pilot: 3 levels x 3 moves; batch 1: 3; then into batch 2
+                    raise KeyboardInterrupt
+                return step(*args)
+
+            monkeypatch.setattr(refine_module, "_hmc_step", dies_in_batch_two)
+            with pytest.raises(KeyboardInterrupt):
+                refine_run(run, s, r, out, progress=False)
+            state = sorted(p.name for p in (tmp_path / name / "samples-refined.state").iterdir())
+            assert state == ["batch-00000.npz", "batch-00001.npz", "plan.json"]
+            monkeypatch.setattr(refine_module, "_hmc_step", step)
+        summary, fresh = refine_run(run, s, r, out, progress=False)
+        assert fresh and not (tmp_path / name / "samples-refined.state").exists()
+        outs[name] = load_trajectory(tmp_path / name / "samples-refined.h5", 22, extras=SAMPLE_EXTRAS)
+    a, b = outs["whole"], outs["resumed"]
+    assert np.array_equal(a.extras["log_w"], b.extras["log_w"]) and np.array_equal(a.xyz, b.xyz)
+    assert a.settings["energy_evals"] == b.settings["energy_evals"] == 50 * (1 + 9) + 200 * (1 + 3)
+    assert len(a.settings["acceptance"]) == 3 and summary["evals_per_sample"] == pytest.approx(a.settings["evals_per_sample"])
