@@ -163,21 +163,35 @@ def sample(
     seed: int = typer.Option(0, help="Random seed of the prior samples."),
     workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing samples file made with other settings."),
+    refine: Optional[int] = typer.Option(None, "--refine", help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5."),
+    refine_steps: int = typer.Option(2, "--refine-steps", help="MALA/HMC moves per refinement level (one energy+force evaluation per leapfrog step)."),
+    refine_leapfrog: int = typer.Option(1, "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."),
+    resample_ess: float = typer.Option(0.0, "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Draw samples with their energies (kJ/mol), log q and log importance weights.
 
     Samples whose energy is not finite, or that left the internal-coordinate domain, are kept,
-    flagged and counted.
+    flagged and counted. With --refine K the same samples are then annealed towards the
+    Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
     """
-    from bgp4.sample import SampleSettings, sample_run
+    from bgp4.sample import RefineSettings, SampleSettings, refine_run, sample_run
 
-    summary, _ = sample_run(run, SampleSettings(n, batch, device, seed, workers), out, overwrite, progress=not quiet)
+    settings = SampleSettings(n, batch, device, seed, workers).validated()
+    if refine is not None:  # refused before anything is written
+        refinement = RefineSettings(refine, refine_steps, refine_leapfrog, resample_ess).validated()
+    summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet)
     typer.echo(
         f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "
         f"{summary['out_of_domain']} outside the IC domain; mean energy {summary['mean_energy_kT']} kT, "
         f"reverse ESS {summary['reverse_ess']:.3g}"
     )
+    if refine is not None:
+        refined, _ = refine_run(run, settings, refinement, out, overwrite, progress=not quiet)
+        typer.echo(
+            f"refined (K={refine}): mean energy {refined['mean_energy_kT']} kT, reverse ESS "
+            f"{refined['reverse_ess']:.3g}, {refined['evals_per_sample']:.3g} energy evaluations per sample"
+        )
 
 
 @app.command()

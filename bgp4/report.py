@@ -20,19 +20,24 @@ def _run_label(path: Path, taken: set[str]) -> str:
     return label if label not in taken else str(path)
 
 
-def _load_samples(run: Path) -> tuple[dict[str, Any], Any]:
+def _load_samples(run: Path) -> list[tuple[str, dict[str, Any], Any]]:
+    """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)]."""
     from bgp4.data import load_trajectory
     from bgp4.rundir import COMPLETE, RunDirectory
-    from bgp4.sample import SAMPLE_EXTRAS, default_samples_path
+    from bgp4.sample import SAMPLE_EXTRAS, default_samples_path, refined_path
 
     rundir = RunDirectory(run)
     settings = rundir.settings()
     path = default_samples_path(run)
     if not path.exists():
         raise InputError(f"run {run} has no samples ({path}); run `bgp4 sample {run}` first")
-    samples = load_trajectory(path, n_atoms=22, extras=SAMPLE_EXTRAS)
     complete = json.loads(rundir.file(COMPLETE).read_text()) if rundir.complete else {}
-    return {"settings": settings, "complete": complete}, samples
+    info = {"settings": settings, "complete": complete}
+    entries = [("", info, load_trajectory(path, n_atoms=22, extras=SAMPLE_EXTRAS))]
+    if refined_path(path).exists():
+        refined = load_trajectory(refined_path(path), n_atoms=22, extras=SAMPLE_EXTRAS)
+        entries.append((f" +AIS({refined.settings.get('refine_levels')})", info, refined))
+    return entries
 
 
 def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "report", seed: int = 0,
@@ -48,7 +53,7 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
         raise InputError("name at least one run directory to analyze")
     molecule = alanine_dipeptide()
     data = load_trajectory(data_path, n_atoms=molecule.n_atoms)
-    loaded = [(Path(r), *_load_samples(Path(r))) for r in runs]
+    loaded = [(Path(r), suffix, info, samples) for r in runs for suffix, info, samples in _load_samples(Path(r))]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -75,18 +80,22 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
     rama = {"MD": (phi_md, psi_md, None)}
     free = {"MD": A.free_energy_1d(phi_md)}
     taken: set[str] = set()
-    for run, info, samples in loaded:
-        label = _run_label(run, taken)
+    for run, suffix, info, samples in loaded:
+        label = _run_label(run, taken) if not suffix else label + suffix  # a refined entry follows its run's
         taken.add(label)
         u = samples.energies / kT
         in_domain = samples.extras["in_domain"].astype(bool)
         log_q = np.where(in_domain, samples.extras["log_q"], np.nan)  # a wrong log q must not weigh
+        if suffix:  # refined samples carry AIS weights: the log q that makes -u - log q equal them
+            with np.errstate(invalid="ignore"):
+                log_q = np.where(in_domain, -samples.energies / kT - samples.extras["log_w"], np.nan)
         phi, psi = A.backbone_dihedrals(samples.xyz, molecule)
         summary = A.summarize_model(u, log_q, phi, psi, u_md, phi_md, psi_md, threshold)
         weights = A.normalized_weights(A.log_weights(u, log_q))
         summary.update(
             model=info["settings"].get("model"), run=str(run), out_of_domain=int(np.count_nonzero(~in_domain)),
             test_nll=info["complete"].get("test_nll_end"), train_wall_s=info["complete"].get("wall_s"),
+            energy_evals_per_sample=samples.settings.get("evals_per_sample", 1),
         )
         metrics["models"][label] = summary
         violins[label] = u
@@ -121,6 +130,7 @@ ROWS = [
     ("energy shift vs MD (kT)", "energy_shift_kT"), ("low-energy fraction", "low_energy_fraction"),
     ("reverse ESS", "reverse_ess"), ("Ramachandran KL", "ramachandran_kl"),
     ("Ramachandran KL, reweighted", "ramachandran_kl_reweighted"), ("test NLL (nats)", "test_nll"),
+    ("energy evaluations per sample", "energy_evals_per_sample"),
 ]
 
 

@@ -9,9 +9,10 @@ internal-coordinate domain, whose log q is not trustworthy), `finite` and `in_do
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -46,6 +47,16 @@ class SampleSettings:
 
 def default_samples_path(run: str | Path) -> Path:
     return Path(run) / "samples.h5"
+
+
+def latent_batches(bg, s: SampleSettings) -> Iterator[torch.Tensor]:
+    """The prior draws z (b, n_dims) of each batch, from one generator seeded with s.seed.
+
+    Raw sampling and refinement share them, so refined samples start from the raw ones.
+    """
+    gen = torch.Generator(device=bg.device).manual_seed(s.seed)
+    for start in range(0, s.n, s.batch):
+        yield bg.sample_latent(min(s.batch, s.n - start), generator=gen).to(bg.device)
 
 
 def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings(), out: str | Path | None = None,
@@ -83,7 +94,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     molecule = alanine_dipeptide()
     temperature = float(complete.get("temperature", 600.0))
     kT = molecule.kT(temperature)
-    torch.manual_seed(s.seed)
+    latents = latent_batches(bg, s)
     chunks: list[dict[str, np.ndarray]] = []
     extras: dict[str, list[np.ndarray]] = {k: [] for k in SAMPLE_EXTRAS}
     energies: list[np.ndarray] = []  # kJ/mol, float64 (the file keeps float32)
@@ -93,7 +104,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
         while done < s.n:
             b = min(s.batch, s.n - done)
             with torch.no_grad():
-                x, log_q, ok, _ = bg.sample(b)
+                x, log_q, ok, _ = bg.generate(next(latents))
             x = x.detach().cpu().double().numpy().reshape(b, molecule.n_atoms, 3)
             log_q = log_q.detach().cpu().double().numpy()
             ok = ok.detach().cpu().numpy().astype(bool)
@@ -127,3 +138,159 @@ def _summary(u: np.ndarray, extras: dict[str, np.ndarray]) -> dict[str, Any]:
         "median_energy_kT": float(np.median(u[finite])) if finite.any() else None,
         "reverse_ess": float(reverse_ess(extras["log_w"])),
     }
+
+
+# --------------------------------------------------------------------------- refinement (AIS)
+
+
+@dataclass(frozen=True)
+class RefineSettings:
+    """AIS refinement: levels K, HMC moves per level, leapfrog steps per move (1: MALA), SMC threshold."""
+
+    levels: int = 0
+    steps: int = 2
+    leapfrog: int = 1
+    resample_ess: float = 0.0  # 0: plain AIS
+    power: float = 2.0  # schedule b_k = (k / (K + 1))^power
+    pilot: int = 1_000  # samples of the step-size pilot (discarded)
+
+    def validated(self) -> "RefineSettings":
+        from bgp4.refine import _check
+
+        _check(self.levels, self.steps, self.leapfrog, self.resample_ess)
+        if not (isinstance(self.power, (int, float)) and 0.0 < self.power <= 10.0):
+            raise InputError(f"schedule power must be in (0, 10], got {self.power}")
+        if self.pilot < 10:
+            raise InputError(f"the step-size pilot needs at least 10 samples, got {self.pilot}")
+        return self
+
+
+def refined_path(samples_path: str | Path) -> Path:
+    """`RUN/samples.h5` -> `RUN/samples-refined.h5`."""
+    p = Path(samples_path)
+    return p.with_name(p.stem + "-refined" + p.suffix)
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)  # a kill never leaves half a state file
+
+
+def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSettings,
+               out: str | Path | None = None, overwrite: bool = False,
+               progress: bool = True) -> tuple[dict[str, Any], bool]:
+    """Refine the raw samples of `sample_run` (same n, batch, seed: the same prior draws) by AIS.
+
+    Writes `<samples>-refined.h5` (same format; log_w the AIS weights; settings hold betas, step
+    sizes, acceptance per level and energy evaluations). Each batch's chains are saved after every
+    level under `<samples>-refined.state/`, so a killed run resumes losing at most one level.
+    Returns (summary, newly_refined).
+    """
+    import shutil
+    import time
+
+    from tqdm.auto import tqdm
+
+    from bgp4.data import read_settings, write_trajectory
+    from bgp4.energy import OpenMMEnergy
+    from bgp4.model import load_generator
+    from bgp4.molecule import alanine_dipeptide
+    from bgp4.refine import Chains, GeneratorTarget, run_levels, schedule, start, tune_step_sizes
+    from bgp4.train import resolve_device
+
+    s, r = settings.validated(), refine.validated()
+    run = RunDirectory(run_path)
+    train_settings = run.settings()
+    if not run.complete:
+        raise InputError(f"{run.path} holds no finished training run; run `bgp4 train` first")
+    out = refined_path(out if out is not None else default_samples_path(run.path))
+    record = {"kind": "refined-samples", "run": str(run.path.resolve()), "model": train_settings["model"],
+              **asdict(s), **{f"refine_{k}": v for k, v in asdict(r).items()}}
+    record.pop("workers")
+    state_dir = out.with_name(out.stem + ".state")
+    if out.exists() and not overwrite:
+        stored = read_settings(out)
+        if {k: stored.get(k) for k in record} == record:
+            return json.loads(stored.get("summary", "{}")), False
+        raise InputError(f"{out} exists with other settings; pass --overwrite to replace it")
+    plan_file = state_dir / "plan.json"
+    if plan_file.exists() and json.loads(plan_file.read_text())["record"] != record:
+        if not overwrite:
+            raise InputError(f"{state_dir} holds a partial refinement with other settings; pass --overwrite")
+        shutil.rmtree(state_dir)
+
+    started = time.perf_counter()
+    device = resolve_device(s.device)
+    bg = load_generator(run.file(MODEL), map_location=device).to(device).eval()
+    for p in bg.parameters():
+        p.requires_grad_(False)  # gradients are wanted in z only
+    complete = json.loads(run.file("complete.json").read_text())
+    molecule = alanine_dipeptide()
+    temperature = float(complete.get("temperature", 600.0))
+    kT = molecule.kT(temperature)
+    betas = schedule(r.levels, r.power)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    results: list[Chains] = []
+    with OpenMMEnergy(molecule.system, temperature, n_workers=s.workers or None) as energy:
+        target = GeneratorTarget(bg, energy)
+        if plan_file.exists():
+            plan = json.loads(plan_file.read_text())
+        else:
+            sizes, pilot_evals = tune_step_sizes(target, betas, r.steps, r.leapfrog, n=min(r.pilot, s.n),
+                                                 seed=s.seed + 1)
+            plan = {"record": record, "step_sizes": sizes.tolist(), "pilot_evals": pilot_evals}
+            tmp = plan_file.with_name("plan.json.tmp")
+            tmp.write_text(json.dumps(plan))
+            os.replace(tmp, plan_file)
+        sizes = np.asarray(plan["step_sizes"], dtype=np.float64)
+        batches = list(latent_batches(bg, s))
+        per_batch = max(r.levels, 1)
+        with tqdm(total=len(batches) * per_batch, desc=f"refine K={r.levels}", unit="level",
+                  disable=not progress) as bar:
+            for i, z0 in enumerate(batches):
+                path = state_dir / f"batch-{i:05d}.npz"
+                gen = torch.Generator()
+                if path.exists():
+                    state = dict(np.load(path))
+                    chains = Chains.from_state(state, device)
+                    gen.set_state(torch.from_numpy(state["rng"]))
+                else:
+                    gen.manual_seed(int(np.random.SeedSequence([s.seed, i]).generate_state(1)[0]))
+                    chains = start(target, z0, r.levels)
+
+                def save(c: Chains, i: int = i, path: Path = path, gen: torch.Generator = gen) -> None:
+                    _save_npz(path, {**c.state_dict(), "rng": gen.get_state().numpy()})
+                    bar.n = i * per_batch + (c.level if r.levels else int(c.finished))
+                    bar.refresh()
+
+                if not chains.finished:
+                    run_levels(target, chains, betas, sizes, r.steps, r.leapfrog, gen, r.resample_ess, on_level=save)
+                save(chains)
+                results.append(chains)
+
+    z = torch.cat([c.z for c in results])
+    with torch.no_grad():
+        x = torch.cat([bg.generate(c.z).x for c in results]).cpu().double().numpy()
+    u = torch.cat([c.aux["u"] for c in results]).cpu().numpy()
+    log_q = torch.cat([c.aux["log_q"] for c in results]).cpu().numpy()
+    ok = torch.cat([c.aux["ok"] for c in results]).cpu().numpy().astype(bool)
+    log_w = torch.cat([c.log_w for c in results]).cpu().numpy()
+    e = u * kT
+    finite = np.isfinite(e) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
+    extras = {"log_q": log_q, "log_w": np.where(finite & ok, log_w, -np.inf), "finite": finite, "in_domain": ok}
+    n_evals = int(sum(c.n_evals for c in results)) + int(plan["pilot_evals"])
+    acceptance = np.nanmean(np.stack([c.acceptance for c in results]), axis=0) if r.levels else np.zeros(0)
+    summary = _summary(u, extras)
+    summary.update(energy_evals=n_evals, evals_per_sample=n_evals / s.n, levels=r.levels)
+    record.update(
+        summary=json.dumps(summary), temperature=temperature, betas=betas.tolist(), step_sizes=sizes.tolist(),
+        acceptance=[float(a) for a in acceptance], energy_evals=n_evals, evals_per_sample=n_evals / s.n,
+        pilot_evals=int(plan["pilot_evals"]), resampled_levels=int(sum(c.resampled.sum() for c in results)),
+        wall_s=time.perf_counter() - started, latent_dims=int(z.shape[1]),
+    )
+    chunks = ({"coordinates": x[i:i + s.batch].astype(np.float32), "potentialEnergy": e[i:i + s.batch].astype(np.float32)}
+              for i in range(0, s.n, s.batch))
+    write_trajectory(out, molecule.topology, chunks, record, extras=extras)
+    shutil.rmtree(state_dir)
+    return summary, True

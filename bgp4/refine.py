@@ -1,0 +1,364 @@
+"""Annealed importance sampling (AIS, optionally SMC) from a generator towards the Boltzmann density.
+
+The chains run in the generator's latent space. With z from the base density N(z) (the prior)
+and x = f(z), the target is log pi(z) = -u(f(z)) + log|det df/dz| (u in kT), so the raw log
+importance weight is r(z) = log pi(z) - log N(z) = -u(x) - log q(x). Intermediate targets
+log g_b = log N + b r for the schedule 0 = b_0 < b_1 < ... < b_K < b_{K+1} = 1:
+
+    for k = 1..K:  log w += (b_k - b_{k-1}) r(z);  `steps` HMC moves invariant for g_{b_k}
+    finally:       log w += (1 - b_K) r(z)
+
+K = 0 gives the raw weights r(z_0). Moves: HMC with `leapfrog` steps (1 = MALA), one energy+force
+evaluation per leapfrog step and sample. Step sizes are tuned per level on a separate pilot batch
+whose samples are discarded, so the main run's kernels are fixed and its weights exact. Optional
+SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
+after which every weight is the mean weight (the normalizer estimate stays unbiased). Samples with
+r = -inf (infinite energy, outside the coordinate domain) weigh zero and never move. Latent dims
+flagged circular (angles of period 2 pi) are wrapped into [-pi, pi) after each position update.
+
+Schedule: b_k = (k / (K + 1))^power; power 2 (default) puts more levels at small b, where the
+samples are still the generator's and r varies most.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Optional, Protocol
+
+import numpy as np
+import torch
+
+from bgp4.errors import InputError
+
+__all__ = ["AnnealResult", "Evaluation", "FunctionTarget", "GeneratorTarget", "Target", "anneal",
+           "anneal_target", "kish_ess", "schedule", "tune_step_sizes", "Chains"]
+
+TARGET_ACCEPT = 0.65
+PILOT = 1_000
+
+
+class Evaluation(NamedTuple):
+    """Base log density and raw log weight at z (B,), float64, and their gradients (B, d) in z's dtype.
+
+    log_ratio is -inf (and grad_ratio 0) where the target cannot be evaluated; aux holds per-sample
+    values a target wants carried along (e.g. u in kT, log q, in-domain flags).
+    """
+
+    log_base: torch.Tensor
+    log_ratio: torch.Tensor
+    grad_base: Optional[torch.Tensor]
+    grad_ratio: Optional[torch.Tensor]
+    aux: dict
+
+
+class Target(Protocol):
+    """A latent-space target: base sampler and density, raw log weight r = log pi - log base."""
+
+    dim: int
+    circular: Optional[torch.Tensor]  # (dim,) bool: angles of period 2 pi, or None
+
+    def sample_base(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor: ...
+
+    def evaluate(self, z: torch.Tensor, grad: bool = True) -> Evaluation: ...
+
+
+def _with_grads(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad: bool) -> Evaluation:
+    """Evaluate base and ratio at z, with gradients by autograd when `grad`."""
+    zb = z.detach().requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        lb = log_base_fn(zb)
+        r, aux = ratio_fn(zb)
+        r = torch.where(torch.isnan(r), torch.full_like(r, -math.inf), r)
+        valid = torch.isfinite(r)
+        gb = gr = None
+        if grad:
+            gb = torch.autograd.grad(lb.sum(), zb)[0]
+            gr = torch.autograd.grad(torch.where(valid, r, torch.zeros_like(r)).sum(), zb, allow_unused=True)[0]
+            gr = torch.zeros_like(zb) if gr is None else gr
+            bad = ~valid | ~torch.isfinite(gr).all(1)
+            gr = torch.where(bad[:, None], torch.zeros_like(gr), gr)
+            r = torch.where(bad, torch.full_like(r, -math.inf), r)
+    return Evaluation(lb.detach().double(), r.detach().double(), gb, gr,
+                      {k: v.detach() for k, v in aux.items()})
+
+
+class FunctionTarget:
+    """A target from plain functions of z (B, d): log_base, log_target (unnormalized), sample_base(n, gen)."""
+
+    def __init__(self, dim: int, log_base: Callable, log_target: Callable, sample_base: Callable,
+                 circular: Optional[torch.Tensor] = None):
+        self.dim, self.circular = dim, circular
+        self._lb, self._lt, self._sample = log_base, log_target, sample_base
+
+    def sample_base(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return self._sample(n, generator)
+
+    def evaluate(self, z: torch.Tensor, grad: bool = True) -> Evaluation:
+        return _with_grads(z, self._lb, lambda zb: (self._lt(zb) - self._lb(zb), {}), grad)
+
+
+class GeneratorTarget:
+    """The Boltzmann density pulled back into a generator's latent space.
+
+    `generator` is a BoltzmannGenerator (sample_latent, prior_log_prob, generate), `energy` maps
+    positions (B, n_atoms, 3) nm to u (B,) in kT, differentiably, +inf where invalid (OpenMMEnergy).
+    aux: u (kT), log_q (nats), ok (in-domain). Out-of-domain samples get r = -inf.
+    """
+
+    def __init__(self, generator, energy):
+        self.bg, self.energy = generator, energy
+        self.dim = int(generator.n_dims)
+        self.circular = getattr(generator, "circular_latent", None)
+
+    def sample_base(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return self.bg.sample_latent(n, generator=generator)
+
+    def _ratio(self, z: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        s = self.bg.generate(z)
+        # float64 positions give u in float64, as the raw samples' weights are computed
+        u = self.energy.energy(s.x.double())
+        r = -u - s.log_q.double()
+        r = torch.where(s.ok, r, torch.full_like(r, -math.inf))
+        return r, {"u": u, "log_q": s.log_q.double(), "ok": s.ok}
+
+    def evaluate(self, z: torch.Tensor, grad: bool = True) -> Evaluation:
+        return _with_grads(z, self.bg.prior_log_prob, self._ratio, grad)
+
+
+def schedule(levels: int, power: float = 2.0) -> np.ndarray:
+    """Inverse temperatures b_0 = 0 < b_1 < ... < b_K < b_{K+1} = 1, shape (K + 2,): b_k = (k / (K + 1))^power."""
+    if not isinstance(levels, (int, np.integer)) or levels < 0:
+        raise InputError(f"refinement levels must be a non-negative integer, got {levels!r}")
+    if not power > 0:
+        raise InputError(f"schedule power must be positive, got {power}")
+    return (np.arange(levels + 2) / (levels + 1)) ** power
+
+
+def kish_ess(log_w: torch.Tensor | np.ndarray) -> float:
+    """Kish ESS per sample, (sum w)^2 / sum w^2 / N, of log weights (N,); 0 when no weight is positive."""
+    lw = torch.as_tensor(log_w, dtype=torch.float64)
+    if not torch.isfinite(lw).any():
+        return 0.0
+    return float(torch.exp(2 * torch.logsumexp(lw, 0) - torch.logsumexp(2 * lw, 0)) / lw.numel())
+
+
+def _systematic(log_w: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Indices (N,) of a systematic resample with probabilities softmax(log_w)."""
+    n = log_w.numel()
+    cdf = torch.cumsum(torch.softmax(log_w, 0), 0)
+    points = (torch.rand(1, generator=generator, dtype=torch.float64) + torch.arange(n, dtype=torch.float64)) / n
+    return torch.searchsorted(cdf, points).clamp_(max=n - 1)
+
+
+class Chains:
+    """State of N annealed samples: z (N, d), cached target values, log weights, level done, statistics.
+
+    `state_dict()` / `Chains.from_state` give a plain dict of numpy arrays (for an npz checkpoint).
+    """
+
+    ARRAYS = ("z", "log_base", "log_ratio", "grad_base", "grad_ratio", "log_w")
+
+    def __init__(self, z: torch.Tensor, ev: Evaluation, levels: int):
+        self.z, self.log_base, self.log_ratio = z.detach(), ev.log_base, ev.log_ratio
+        self.grad_base, self.grad_ratio = ev.grad_base, ev.grad_ratio
+        self.aux = dict(ev.aux)
+        self.log_w = torch.zeros(len(z), dtype=torch.float64)
+        self.level = 0
+        self.acceptance = np.full(levels, np.nan)
+        self.n_evals = len(z)
+        self.resampled = np.zeros(levels, dtype=bool)
+        self.finished = False
+
+    def take(self, rows: torch.Tensor, z: torch.Tensor, ev: Evaluation, sub: torch.Tensor) -> None:
+        """Store z and the entries `sub` (mask) of the evaluation `ev` at the row indices `rows`."""
+        self.z[rows] = z
+        for name in ("log_base", "log_ratio", "grad_base", "grad_ratio"):
+            getattr(self, name)[rows] = getattr(ev, name)[sub].to(getattr(self, name).dtype)
+        for k, v in ev.aux.items():
+            self.aux[k][rows] = v[sub].to(self.aux[k].dtype)
+
+    def reorder(self, idx: torch.Tensor) -> None:
+        for name in self.ARRAYS:
+            setattr(self, name, getattr(self, name)[idx])
+        self.aux = {k: v[idx] for k, v in self.aux.items()}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        # the gradients are None when there are no levels (K = 0: nothing moves)
+        out = {name: v.cpu().numpy() for name in self.ARRAYS if (v := getattr(self, name)) is not None}
+        out.update({f"aux_{k}": v.cpu().numpy() for k, v in self.aux.items()})
+        out.update(level=np.array(self.level), acceptance=self.acceptance, n_evals=np.array(self.n_evals),
+                   resampled=self.resampled, finished=np.array(self.finished))
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray], device: torch.device | str = "cpu") -> "Chains":
+        self = cls.__new__(cls)
+        for name in cls.ARRAYS:
+            setattr(self, name, torch.as_tensor(np.array(state[name])).to(device) if name in state else None)
+        self.aux = {k[4:]: torch.as_tensor(np.array(v)).to(device) for k, v in state.items() if k.startswith("aux_")}
+        self.level, self.n_evals = int(state["level"]), int(state["n_evals"])
+        self.acceptance, self.resampled = np.array(state["acceptance"]), np.array(state["resampled"])
+        self.finished = bool(state["finished"])
+        return self
+
+
+def _wrap(z: torch.Tensor, circular: Optional[torch.Tensor]) -> torch.Tensor:
+    if circular is None or not bool(circular.any()):
+        return z
+    wrapped = torch.remainder(z + math.pi, 2 * math.pi) - math.pi
+    return torch.where(circular.to(z.device), wrapped, z)
+
+
+def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, gen: torch.Generator) -> float:
+    """One HMC move (L leapfrog steps, L = 1: MALA) of every live sample at g_b; returns the mean acceptance."""
+    live = torch.isfinite(c.log_w) & torch.isfinite(c.log_ratio)
+    if not live.any():
+        return math.nan
+    idx = torch.nonzero(live).squeeze(1)
+    z0 = c.z[idx]
+    p0 = torch.randn(z0.shape, generator=gen, dtype=z0.dtype).to(z0.device)
+    log_g0 = c.log_base[idx] + b * c.log_ratio[idx]
+    grad = c.grad_base[idx] + b * c.grad_ratio[idx]
+    z, p = z0, p0 + 0.5 * eps * grad
+    passable = torch.ones(len(idx), dtype=torch.bool, device=z0.device)
+    for step in range(leapfrog):
+        z = _wrap(z + eps * p, target.circular)
+        ev = target.evaluate(z)
+        c.n_evals += len(idx)
+        passable &= torch.isfinite(ev.log_ratio)
+        p = p + (0.5 if step == leapfrog - 1 else 1.0) * eps * (ev.grad_base + b * ev.grad_ratio)
+    log_g1 = ev.log_base + b * ev.log_ratio
+    log_acc = (log_g1 - log_g0 - 0.5 * (p.double().square().sum(1) - p0.double().square().sum(1)))
+    log_acc = torch.where(passable & torch.isfinite(log_acc), log_acc, torch.full_like(log_acc, -math.inf))
+    u = torch.rand(len(idx), generator=gen, dtype=torch.float64).to(z0.device)
+    accept = torch.log(u) < log_acc
+    c.take(idx[accept], z[accept], ev, accept)
+    return float(torch.exp(log_acc.clamp(max=0.0)).mean())
+
+
+def start(target: Target, z0: torch.Tensor, levels: int) -> Chains:
+    """Evaluate the base samples z0 (N, d): gradients only when there are levels to move on."""
+    return Chains(z0, target.evaluate(z0, grad=levels > 0), levels)
+
+
+def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndarray, steps: int, leapfrog: int,
+               gen: torch.Generator, resample_ess: float = 0.0, adapt: bool = False,
+               on_level: Optional[Callable[[Chains], None]] = None) -> Chains:
+    """Advance `c` from its level to the end of the schedule (see the module docstring).
+
+    With `adapt`, the step size of each level is tuned in place from the acceptance of that
+    level's own moves (pilot use only: those samples' weights are then not exact AIS weights).
+    `on_level(c)` runs after every completed level (checkpointing).
+    """
+    levels = len(betas) - 2
+    for k in range(c.level + 1, levels + 1):
+        c.log_w = c.log_w + (betas[k] - betas[k - 1]) * c.log_ratio
+        if resample_ess > 0 and kish_ess(c.log_w) < resample_ess and torch.isfinite(c.log_w).any():
+            mean = torch.logsumexp(c.log_w, 0) - math.log(len(c.log_w))
+            c.reorder(_systematic(c.log_w, gen).to(c.z.device))
+            c.log_w = torch.full_like(c.log_w, float(mean))
+            c.resampled[k - 1] = True
+        if adapt and k > 1:
+            step_sizes[k - 1] = step_sizes[k - 2]
+        rates = []
+        for _ in range(steps):
+            rates.append(_hmc_step(target, c, float(betas[k]), float(step_sizes[k - 1]), leapfrog, gen))
+            if adapt and np.isfinite(rates[-1]):
+                step_sizes[k - 1] *= math.exp(2.0 * (rates[-1] - TARGET_ACCEPT))
+        c.acceptance[k - 1] = float(np.nanmean(rates)) if np.isfinite(rates).any() else math.nan
+        c.level = k
+        if on_level is not None:
+            on_level(c)
+    if not c.finished:
+        c.log_w = c.log_w + (1.0 - betas[levels]) * c.log_ratio
+        c.finished = True
+    return c
+
+
+def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int, n: int = PILOT,
+                    seed: int = 0, initial: float = 0.5) -> tuple[np.ndarray, int]:
+    """Step size per level (K,) adapted to ~65 % acceptance on a pilot batch of n samples; and its evaluations."""
+    levels = len(betas) - 2
+    sizes = np.full(levels, float(initial))
+    if levels == 0:
+        return sizes, 0
+    gen = torch.Generator().manual_seed(int(seed))
+    c = start(target, target.sample_base(n, generator=gen), levels)
+    # at least three moves per level, so that the size can settle even when steps is 1 or 2
+    run_levels(target, c, betas, sizes, max(steps, 3), leapfrog, gen, adapt=True)
+    return sizes, c.n_evals
+
+
+class AnnealResult(NamedTuple):
+    """Result of `anneal`: x (n, n_atoms, 3) nm, z (n, d), log_w (n,) AIS log weights, u (n,) kT,
+    log_q (n,) of the final x, ok (n,) in-domain, raw_log_w (n,) of the starting samples,
+    betas (K + 2,), step_sizes (K,), acceptance (K,), n_evals (energy+force evaluations, pilot included)."""
+
+    x: torch.Tensor
+    z: torch.Tensor
+    log_w: torch.Tensor
+    u: torch.Tensor
+    log_q: torch.Tensor
+    ok: torch.Tensor
+    raw_log_w: torch.Tensor
+    betas: np.ndarray
+    step_sizes: np.ndarray
+    acceptance: np.ndarray
+    n_evals: int
+
+    @property
+    def ess(self) -> float:
+        return kish_ess(self.log_w)
+
+    @property
+    def log_z(self) -> float:
+        """log of the mean weight: the estimate of log(Z_pi / Z_base)."""
+        return float(torch.logsumexp(self.log_w, 0) - math.log(len(self.log_w)))
+
+
+@dataclass
+class _Plan:
+    betas: np.ndarray
+    step_sizes: np.ndarray
+    pilot_evals: int
+
+
+def anneal_target(target: Target, n: int, levels: int, steps: int = 2, leapfrog: int = 1,
+                  resample_ess: float = 0.0, power: float = 2.0, seed: int = 0, pilot: int = PILOT,
+                  z0: Optional[torch.Tensor] = None) -> tuple[Chains, _Plan, torch.Tensor]:
+    """AIS on any `Target`: tune step sizes on a pilot batch, then anneal n base samples (or z0).
+
+    Returns the final chains, the plan (betas, step sizes, pilot evaluations) and the raw log
+    weights (n,) of the starting samples.
+    """
+    _check(levels, steps, leapfrog, resample_ess)
+    betas = schedule(levels, power)
+    sizes, pilot_evals = tune_step_sizes(target, betas, steps, leapfrog, n=pilot, seed=seed + 1)
+    gen = torch.Generator().manual_seed(int(seed))
+    z = target.sample_base(n, generator=gen) if z0 is None else z0
+    c = start(target, z, levels)
+    raw = c.log_ratio.clone()
+    run_levels(target, c, betas, sizes, steps, leapfrog, gen, resample_ess)
+    return c, _Plan(betas, sizes, pilot_evals), raw
+
+
+def _check(levels: int, steps: int, leapfrog: int, resample_ess: float) -> None:
+    if not isinstance(levels, (int, np.integer)) or levels < 0:
+        raise InputError(f"--refine must be a non-negative integer, got {levels!r}")
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise InputError(f"--refine-steps must be at least 1, got {steps!r}")
+    if not isinstance(leapfrog, (int, np.integer)) or leapfrog < 1:
+        raise InputError(f"--leapfrog must be at least 1, got {leapfrog!r}")
+    if not 0.0 <= resample_ess <= 1.0:
+        raise InputError(f"--resample-ess must be in [0, 1], got {resample_ess}")
+
+
+def anneal(generator, energy, n: int, levels: int, steps: int = 2, leapfrog: int = 1, resample_ess: float = 0.0,
+           power: float = 2.0, seed: int = 0, pilot: int = PILOT) -> AnnealResult:
+    """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc."""
+    target = GeneratorTarget(generator, energy)
+    c, plan, raw = anneal_target(target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot)
+    with torch.no_grad():
+        x = generator.generate(c.z).x
+    return AnnealResult(x, c.z, c.log_w, c.aux["u"], c.aux["log_q"], c.aux["ok"], raw, plan.betas,
+                        plan.step_sizes, c.acceptance, c.n_evals + plan.pilot_evals)

@@ -1,0 +1,286 @@
+"""Annealed importance sampling: exactness on toy targets with known normalizers, the CLI's guards."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import logsumexp, softmax
+from typer.testing import CliRunner
+
+from bgp4.errors import InputError
+from bgp4.refine import Chains, FunctionTarget, anneal_target, kish_ess, run_levels, schedule, start
+
+LOG_Z = math.log(5.0)  # the toy target's normalizer
+MEANS = torch.tensor([[-2.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
+MIX, SIGMA = torch.tensor([0.3, 0.7], dtype=torch.float64), 0.5
+P_RIGHT = float(0.3 * 0.5 * math.erfc(4 / math.sqrt(2)) + 0.7 * (1 - 0.5 * math.erfc(4 / math.sqrt(2))))
+
+
+def _double_well() -> FunctionTarget:
+    """Two narrow Gaussians (weights 0.3 / 0.7 at x = -2 / +2, sd 0.5) times 5; base N(0, I): a poor proposal."""
+
+    def log_target(z):
+        d = ((z[:, None, :] - MEANS) ** 2).sum(-1) / SIGMA**2
+        return torch.logsumexp(torch.log(MIX) - 0.5 * d - math.log(2 * math.pi * SIGMA**2), 1) + LOG_Z
+
+    def log_base(z):
+        return -0.5 * z.square().sum(1) - math.log(2 * math.pi)
+
+    return FunctionTarget(2, log_base, log_target, lambda n, g: torch.randn(n, 2, generator=g, dtype=torch.float64))
+
+
+def _bootstrap(stat, log_w: torch.Tensor, rounds: int = 400, seed: int = 0) -> tuple[float, float]:
+    """99 % bootstrap interval of stat(log_w[idx], idx) over resamples idx (rounds, n) of the samples."""
+    idx = np.random.default_rng(seed).integers(0, len(log_w), (rounds, len(log_w)))
+    values = stat(log_w.numpy()[idx], idx)
+    return float(np.quantile(values, 0.005)), float(np.quantile(values, 0.995))
+
+
+def _log_z(lw: np.ndarray, idx=None) -> np.ndarray:
+    """log of the mean weight along the last axis: the AIS estimate of log Z."""
+    return logsumexp(lw, axis=-1) - math.log(lw.shape[-1])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Toy batches are tiny: torch's thread wake-ups would cost more than the arithmetic."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def annealed():
+    target = _double_well()
+    return {k: anneal_target(target, 4000, k, steps=2, seed=3, pilot=300) for k in (0, 5, 20)}
+
+
+def test_log_normalizer_and_population_match_exact_values(annealed):
+    chains, _, _ = annealed[20]
+    lo, hi = _bootstrap(_log_z, chains.log_w)
+    assert lo <= LOG_Z <= hi
+    right = (chains.z[:, 0] > 0).numpy()
+    lo, hi = _bootstrap(lambda lw, i: (softmax(lw, axis=-1) * right[i]).sum(-1), chains.log_w)
+    assert lo <= P_RIGHT <= hi
+    assert hi - lo < 0.05  # an informative interval, not a vacuous one
+
+
+def test_ess_rises_with_levels_and_counts_evaluations(annealed):
+    ess = [kish_ess(annealed[k][0].log_w) for k in (0, 5, 20)]
+    assert ess[0] < 0.15 and ess[0] < ess[1] < ess[2]
+    for k in (0, 5, 20):
+        chains, plan, _ = annealed[k]
+        assert chains.n_evals == 4000 * (1 + 2 * k)  # one base evaluation, then one per MALA move
+        assert len(plan.step_sizes) == k and np.all(np.isfinite(chains.acceptance))
+        assert np.all((chains.acceptance > 0.3) & (chains.acceptance < 0.95))  # tuned on the pilot
+
+
+def test_zero_levels_give_the_raw_weights_exactly(annealed):
+    chains, _, raw = annealed[0]
+    assert torch.equal(chains.log_w, raw)
+    target = _double_well()
+    z = chains.z
+    assert torch.equal(raw, target.evaluate(z, grad=False).log_ratio)
+
+
+def test_smc_resampling_keeps_the_normalizer_unbiased():
+    target = _double_well()
+    chains, _, _ = anneal_target(target, 4000, 10, steps=2, seed=5, pilot=300, resample_ess=0.9)
+    assert chains.resampled.any()
+    lo, hi = _bootstrap(_log_z, chains.log_w)
+    # after a resampling every weight is the mean: the spread left is from the later levels only
+    assert lo <= LOG_Z <= hi
+
+
+def test_circular_dimensions_stay_wrapped_and_von_mises_normalizer_is_found():
+    kappa, mu = 4.0, 3.0  # a mode near the seam at pi
+
+    def log_base(z):
+        return torch.full((len(z),), -math.log(2 * math.pi), dtype=z.dtype) + 0.0 * z.sum(1)
+
+    target = FunctionTarget(1, log_base, lambda z: kappa * torch.cos(z[:, 0] - mu),
+                            lambda n, g: (torch.rand(n, 1, generator=g, dtype=torch.float64) * 2 - 1) * math.pi,
+                            circular=torch.tensor([True]))
+    chains, _, _ = anneal_target(target, 4000, 8, steps=2, seed=1, pilot=300)
+    assert bool(((chains.z >= -math.pi) & (chains.z < math.pi)).all())
+    exact = math.log(2 * math.pi * float(torch.special.i0(torch.tensor(kappa))))
+    lo, hi = _bootstrap(_log_z, chains.log_w)
+    assert lo <= exact <= hi
+
+
+def test_infinite_target_weighs_zero_and_never_moves():
+    def log_target(z):  # -inf (an infinite energy) on the left half-plane
+        return torch.where(z[:, 0] < 0, torch.full_like(z[:, 0], -math.inf), -0.5 * z.square().sum(1))
+
+    target = FunctionTarget(2, lambda z: -0.5 * z.square().sum(1), log_target,
+                            lambda n, g: torch.randn(n, 2, generator=g, dtype=torch.float64))
+    z0 = torch.randn(500, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    chains, _, _ = anneal_target(target, 500, 4, steps=2, seed=0, pilot=100, z0=z0.clone())
+    dead = z0[:, 0] < 0
+    assert torch.all(torch.isneginf(chains.log_w[dead])) and torch.equal(chains.z[dead], z0[dead])
+    assert torch.all(torch.isfinite(chains.log_w[~dead])) and bool((chains.z[~dead, 0] >= 0).all())
+    assert chains.n_evals == 500 + 4 * 2 * int((~dead).sum())  # dead samples cost nothing
+
+
+def test_resume_from_a_saved_level_is_exact():
+    target = _double_well()
+    betas, sizes = schedule(6), np.full(6, 1.0)
+
+    def fresh():
+        gen = torch.Generator().manual_seed(9)
+        return start(target, target.sample_base(300, generator=gen), 6), gen
+
+    whole, gen = fresh()
+    run_levels(target, whole, betas, sizes, 2, 1, gen, resample_ess=0.8)
+
+    class Killed(Exception):
+        pass
+
+    saved = {}
+
+    def save_then_die(c):
+        saved.update(c.state_dict(), rng=gen2.get_state().numpy())
+        if c.level == 3:
+            raise Killed
+
+    part, gen2 = fresh()
+    with pytest.raises(Killed):
+        run_levels(target, part, betas, sizes, 2, 1, gen2, resample_ess=0.8, on_level=save_then_die)
+    resumed = Chains.from_state({k: v.copy() for k, v in saved.items()})
+    gen3 = torch.Generator()
+    gen3.set_state(torch.from_numpy(saved["rng"]))
+    run_levels(target, resumed, betas, sizes, 2, 1, gen3, resample_ess=0.8)
+    assert resumed.level == whole.level == 6 and resumed.n_evals == whole.n_evals
+    assert torch.equal(resumed.log_w, whole.log_w) and torch.equal(resumed.z, whole.z)
+
+
+def test_bad_settings_are_refused():
+    target = _double_well()
+    with pytest.raises(InputError):
+        anneal_target(target, 10, -1)
+    with pytest.raises(InputError):
+        anneal_target(target, 10, 2, steps=0)
+    with pytest.raises(InputError):
+        anneal_target(target, 10, 2, resample_ess=1.5)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--refine", "-1"], "--refine"),
+    (["--refine", "3", "--resample-ess", "2"], "--resample-ess"),
+    (["--refine", "3", "--refine-steps", "0"], "--refine-steps"),
+    (["--refine", "3"], "no finished training run"),
+])
+def test_cli_bad_input_is_one_line_and_touches_nothing(tmp_path, args, message):
+    from bgp4.cli import app
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "settings.json").write_text(json.dumps({"model": "rnvp"}))  # a run that never finished
+    before = sorted(p.name for p in run.iterdir())
+    result = CliRunner().invoke(app, ["sample", str(run), "--n", "100", *args])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0]
+    assert sorted(p.name for p in run.iterdir()) == before
+
+
+@pytest.mark.slow
+def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
+    from bgp4.energy import OpenMMEnergy
+    from bgp4.model import build_generator
+    from bgp4.refine import GeneratorTarget, anneal
+
+    torch.manual_seed(0)
+    bg = build_generator("rnvp", data=md_frames[0], blocks=2, hidden=16, fix_constrained=True).eval()
+    for p in bg.parameters():
+        p.requires_grad_(False)
+    with OpenMMEnergy(molecule.system, 600.0, n_workers=1) as energy:
+        result = anneal(bg, energy, 200, 3, steps=2, pilot=50, seed=0)
+        assert result.n_evals == 200 * (1 + 3 * 2) + 50 * (1 + 3 * 3)
+        assert result.x.shape == (200, 22, 3) and np.all(np.isfinite(result.acceptance))
+        live = torch.isfinite(result.log_w)
+        assert live.any()
+        # the final samples' cached energies are those of their positions
+        u = energy.energy(result.x[live][:20].double())
+        assert torch.allclose(u, result.u[live][:20], rtol=1e-4, atol=1e-3)
+        zero = anneal(bg, energy, 100, 0, seed=1)
+        direct = GeneratorTarget(bg, energy).evaluate(zero.z, grad=False)
+        assert torch.equal(zero.log_w, zero.raw_log_w) and torch.equal(zero.log_w, direct.log_ratio)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from bgp4.md import MDSettings, simulate
+    from bgp4.train import TrainSettings, train
+
+    root = tmp_path_factory.mktemp("refine")
+    data = root / "ala2.h5"
+    simulate(data, MDSettings(frames=2000, equilibration_ps=2.0, replicas=2, seed=5), progress=False)
+    run = root / "rnvp"
+    train(TrainSettings(data=str(data), model="rnvp", blocks=2, hidden=16, batch=64, steps=60, energy_steps=0,
+                        eval_every=30, workers=1, fix_constrained=True), run, progress=False)
+    return data, run
+
+
+@pytest.mark.slow
+def test_cli_refine_zero_reproduces_raw_weights_and_analyze_lists_both(tiny_run, tmp_path):
+    from bgp4.cli import app
+    from bgp4.data import load_trajectory
+    from bgp4.sample import SAMPLE_EXTRAS
+
+    data, run = tiny_run
+    result = CliRunner().invoke(app, ["sample", str(run), "--n", "300", "--batch", "120", "--workers", "1",
+                                      "--refine", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    raw = load_trajectory(run / "samples.h5", 22, extras=SAMPLE_EXTRAS)
+    refined = load_trajectory(run / "samples-refined.h5", 22, extras=SAMPLE_EXTRAS)
+    assert np.array_equal(raw.extras["log_w"], refined.extras["log_w"])
+    assert np.array_equal(raw.xyz, refined.xyz)
+    assert refined.settings["energy_evals"] == 300 and refined.settings["acceptance"] == []
+    report = tmp_path / "report"
+    result = CliRunner().invoke(app, ["analyze", str(run), "--data", str(data), "--out", str(report), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    models = json.loads((report / "metrics.json").read_text())["models"]
+    assert set(models) == {"rnvp", "rnvp +AIS(0)"}
+    assert models["rnvp"]["reverse_ess"] == pytest.approx(models["rnvp +AIS(0)"]["reverse_ess"], rel=1e-3)
+    assert "energy evaluations per sample" in (report / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_killed_refinement_resumes_to_the_same_file(tiny_run, tmp_path, monkeypatch):
+    import bgp4.refine as refine_module
+    from bgp4.data import load_trajectory
+    from bgp4.sample import SAMPLE_EXTRAS, RefineSettings, SampleSettings, refine_run, sample_run
+
+    _, run = tiny_run
+    s, r = SampleSettings(n=200, batch=100, workers=1), RefineSettings(levels=3, steps=1, pilot=50)
+    outs = {}
+    for name in ("whole", "resumed"):
+        out = tmp_path / name / "samples.h5"
+        sample_run(run, s, out, progress=False)
+        if name == "resumed":
+            calls, step = [0], refine_module._hmc_step
+
+            def dies_in_batch_two(*args):
+                calls[0] += 1
+                if calls[0] == 3 * 3 + 3 + 2:  # pilot: 3 levels x 3 moves; batch 1: 3; then into batch 2
+                    raise KeyboardInterrupt
+                return step(*args)
+
+            monkeypatch.setattr(refine_module, "_hmc_step", dies_in_batch_two)
+            with pytest.raises(KeyboardInterrupt):
+                refine_run(run, s, r, out, progress=False)
+            state = sorted(p.name for p in (tmp_path / name / "samples-refined.state").iterdir())
+            assert state == ["batch-00000.npz", "batch-00001.npz", "plan.json"]
+            monkeypatch.setattr(refine_module, "_hmc_step", step)
+        summary, fresh = refine_run(run, s, r, out, progress=False)
+        assert fresh and not (tmp_path / name / "samples-refined.state").exists()
+        outs[name] = load_trajectory(tmp_path / name / "samples-refined.h5", 22, extras=SAMPLE_EXTRAS)
+    a, b = outs["whole"], outs["resumed"]
+    assert np.array_equal(a.extras["log_w"], b.extras["log_w"]) and np.array_equal(a.xyz, b.xyz)
+    assert a.settings["energy_evals"] == b.settings["energy_evals"] == 50 * (1 + 9) + 200 * (1 + 3)
+    assert len(a.settings["acceptance"]) == 3 and summary["evals_per_sample"] == pytest.approx(a.settings["evals_per_sample"])
