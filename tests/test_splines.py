@@ -143,3 +143,21 @@ def test_parameter_counts(molecule):
     assert len(couplings) == 12
     n_flat = int((~spline.circular_latent).sum())
     assert n_parameters(both) - n_parameters(spline) == 12 * 3 * n_flat
+
+
+def test_bad_settings_and_old_model_files_are_refused(tmp_path):
+    from bgp4.config import TrainSettings
+
+    for bad in ({"model": "glow"}, {"model": "spline", "bins": 1}, {"model": "spline", "bins": 65},
+                {"model": "rnvp", "bins": 8}, {"model": "spline", "hidden": -1}, {"model": "spline", "lr_schedule": "step"},
+                {"model": "spline", "clip_grad": -2.0}):
+        with pytest.raises(InputError):
+            TrainSettings(**bad).validated()
+    resolved = TrainSettings(model="spline").validated()
+    assert (resolved.blocks, resolved.hidden, resolved.bins, resolved.lr_schedule, resolved.clip_grad) == (6, 256, 8, "cosine", 10.0)
+    paper = TrainSettings(model="p4inv").validated()
+    assert (paper.blocks, paper.hidden, paper.bins, paper.lr_schedule, paper.clip_grad) == (25, 60, 0, "constant", 0.0)
+    old = tmp_path / "old.pt"
+    torch.save({"config": {"kind": "rnvp", "blocks": 2}, "state_dict": {}}, old)  # no transform: an older format
+    with pytest.raises(InputError, match="not a bgp4 model file"):
+        load_generator(old)
