@@ -2,8 +2,7 @@
 
 Pure functions on numpy arrays. Energies are reduced (u in kT at the data's temperature),
 positions in nm, angles in radians on [-pi, pi]. Functions that can be undefined (no finite
-samples, empty histograms) return nan; the `summarize_*` dicts turn nan into None so that they
-serialize to JSON directly.
+samples, empty histograms) return nan; `bgp4.metrics` gathers them into JSON-ready dicts.
 """
 from __future__ import annotations
 
@@ -15,6 +14,14 @@ import numpy as np
 
 from bgp4.errors import InputError
 from bgp4.molecule import PHI, PSI
+
+__all__ = [
+    "CI_LEVEL", "KL_EPS", "NOISE_SIGMA_NM", "N_BINS", "N_BOOTSTRAP", "angle_edges", "backbone_dihedrals",
+    "energy_shift", "energy_w2", "free_energy_1d", "log_weights", "low_energy_fraction", "low_energy_threshold",
+    "noisy_reference", "normalized_weights", "phi_positive_population", "ramachandran_floor",
+    "ramachandran_histogram", "ramachandran_kl", "ramachandran_tv", "reverse_ess", "reverse_ess_interval",
+    "state_free_energy", "weighted_quantile",
+]
 
 #: Default number of bins per axis for Ramachandran histograms and free-energy profiles.
 N_BINS = 64
@@ -74,17 +81,69 @@ def backbone_dihedrals(xyz: np.ndarray, molecule_or_topology: Any) -> tuple[np.n
 # --------------------------------------------------------------------------- energies
 
 
-def energy_shift(u_model: np.ndarray, u_md: np.ndarray) -> float:
+def energy_shift(u_model: np.ndarray, u_md: np.ndarray, weights: np.ndarray | None = None) -> float:
     """mean(u_model) - mean(u_md) in kT over finite energies; nan if either has none.
 
-    Non-finite model energies are left out of the mean (`summarize_model` counts them).
+    Non-finite model energies are left out of the mean (`model_metrics` counts them); `weights`
+    (linear, non-negative, one per model sample) give the reweighted shift.
     """
     model = _as_1d(u_model, "u_model")
+    w = _histogram_weights(weights, model.size)
     md = _as_1d(u_md, "u_md")
-    model, md = model[np.isfinite(model)], md[np.isfinite(md)]
-    if model.size == 0 or md.size == 0:
+    keep = np.isfinite(model) & (w > 0)
+    md = md[np.isfinite(md)]
+    if not keep.any() or md.size == 0:
         return math.nan
-    return float(model.mean() - md.mean())
+    return float(np.average(model[keep], weights=w[keep]) - md.mean())
+
+
+def _quantile_function(values: np.ndarray, weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted finite values with positive weight, their cumulative probabilities ending at exactly 1)."""
+    x = _as_1d(values, "values")
+    w = _histogram_weights(weights, x.size)
+    keep = np.isfinite(x) & (w > 0)
+    x, w = x[keep], w[keep]
+    order = np.argsort(x, kind="stable")
+    cumulative = np.cumsum(w[order])
+    if cumulative.size:
+        cumulative = cumulative / cumulative[-1]
+        cumulative[-1] = 1.0  # so that every probability in [0, 1] has a quantile
+    return x[order], cumulative
+
+
+def weighted_quantile(values: np.ndarray, probs: Any, weights: np.ndarray | None = None) -> np.ndarray:
+    """Inverse-CDF quantiles: for each p, the smallest x with F(x) >= p, F the (weighted) empirical CDF.
+
+    Non-finite values and zero weights are left out. With equal weights this is numpy's
+    `quantile(..., method="inverted_cdf")`. Returns an array shaped like `probs` (nan if no value).
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    if np.any(~((p >= 0) & (p <= 1))):
+        raise InputError("quantile probabilities must lie in [0, 1]")
+    x, cumulative = _quantile_function(values, weights)
+    if x.size == 0:
+        return np.full(p.shape, np.nan)
+    return x[np.minimum(np.searchsorted(cumulative, p, side="left"), x.size - 1)]
+
+
+def energy_w2(u_md: np.ndarray, u_model: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """1-d Wasserstein-2 distance (kT) between MD and model energy distributions.
+
+    W2^2 = integral over t in (0, 1] of (Q_md(t) - Q_model(t))^2, Q the (weighted) quantile
+    functions; both are step functions, so the integral is an exact sum over the union of
+    their steps. Non-finite energies are left out (count them separately); `weights` (linear,
+    non-negative) reweight the model. nan if either side has no finite energy. Never below
+    |energy_shift| (Jensen), and equal to it for a pure shift.
+    """
+    x_md, c_md = _quantile_function(u_md, None)
+    x_model, c_model = _quantile_function(u_model, weights)
+    if x_md.size == 0 or x_model.size == 0:
+        return math.nan
+    steps = np.union1d(c_md, c_model)
+    widths = np.diff(steps, prepend=0.0)
+    q_md = x_md[np.minimum(np.searchsorted(c_md, steps, side="left"), x_md.size - 1)]
+    q_model = x_model[np.minimum(np.searchsorted(c_model, steps, side="left"), x_model.size - 1)]
+    return float(np.sqrt(np.sum(widths * np.square(q_md - q_model))))
 
 
 def low_energy_threshold(u_train: np.ndarray) -> float:
@@ -175,6 +234,44 @@ def reverse_ess(log_w: np.ndarray) -> float:
     return float(min(1.0, np.exp(log_ess)))
 
 
+#: Bootstrap resamples for the reverse ESS interval, and the interval's coverage.
+N_BOOTSTRAP = 200
+CI_LEVEL = 0.95
+_BOOTSTRAP_CHUNK = 4_000_000  # gathered log weights per chunk (32 MB of float64)
+
+
+def reverse_ess_interval(log_w: np.ndarray, n_boot: int = N_BOOTSTRAP, level: float = CI_LEVEL,
+                         rng: np.random.Generator | int | None = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval (low, high) of `reverse_ess`.
+
+    The n samples are resampled with replacement `n_boot` times (seeded by `rng`) and the Kish
+    ESS per sample of each resample is computed in log space per resample, so a resample that
+    misses the largest weights does not underflow. (nan, nan) for n = 0; (0, 0) when no weight
+    is positive.
+    """
+    clean = _clean_log_weights(_as_1d(log_w, "log_w"))
+    if int(n_boot) < 1 or not 0.0 < level < 1.0:
+        raise InputError(f"need n_boot >= 1 and 0 < level < 1, got {n_boot} and {level}")
+    n = clean.size
+    if n == 0:
+        return math.nan, math.nan
+    if not np.isfinite(clean).any():
+        return 0.0, 0.0
+    generator = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    ess = np.empty(int(n_boot))
+    rows = max(1, _BOOTSTRAP_CHUNK // n)
+    for start in range(0, int(n_boot), rows):
+        gathered = clean[generator.integers(0, n, size=(min(rows, int(n_boot) - start), n))]
+        top = gathered.max(axis=1, keepdims=True)
+        alive = np.isfinite(top[:, 0])
+        scaled = np.exp(gathered[alive] - top[alive])  # the largest term of each row is 1
+        part = np.zeros(gathered.shape[0])
+        part[alive] = np.square(scaled.sum(axis=1)) / np.square(scaled).sum(axis=1) / n
+        ess[start:start + part.size] = part
+    low, high = np.quantile(np.minimum(ess, 1.0), [(1.0 - level) / 2, (1.0 + level) / 2])
+    return float(low), float(high)
+
+
 # --------------------------------------------------------------------------- histograms
 
 
@@ -234,6 +331,67 @@ def ramachandran_kl(phi_md: np.ndarray, psi_md: np.ndarray, phi_model: np.ndarra
     return float(np.sum(p * np.log(p / q)) * area)
 
 
+def ramachandran_tv(phi_md: np.ndarray, psi_md: np.ndarray, phi_model: np.ndarray, psi_model: np.ndarray,
+                    bins: int = N_BINS, weights: np.ndarray | None = None) -> float:
+    """Total variation 0.5 * sum |P_i - Q_i| of the (phi, psi) bin probabilities, in [0, 1].
+
+    Same bins and `weights` as `ramachandran_kl`; no density floor is needed. nan if either
+    histogram is empty.
+    """
+    p = ramachandran_histogram(phi_md, psi_md, bins)
+    q = ramachandran_histogram(phi_model, psi_model, bins, weights=weights)
+    if not p.any() or not q.any():
+        return math.nan
+    area = (2 * np.pi / int(bins)) ** 2
+    return float(0.5 * np.abs(p - q).sum() * area)
+
+
+def ramachandran_floor(phi_md: np.ndarray, psi_md: np.ndarray, n: int, bins: int = N_BINS,
+                       rng: np.random.Generator | int | None = 0) -> tuple[float, float]:
+    """Sampling floor (KL, TV) of a model with n samples: a seeded subsample of n MD frames
+    scored as the model against the other MD frames as the reference.
+
+    Even a perfect model's histogram distances are this large at n samples. (nan, nan) when
+    n < 1 or n >= the number of MD frames (no frames left to compare with).
+    """
+    phi_a, psi_a = _as_1d(phi_md, "phi_md"), _as_1d(psi_md, "psi_md")
+    _same_length(phi_md=phi_a, psi_md=psi_a)
+    n = int(n)
+    if n < 1 or n >= phi_a.size:
+        return math.nan, math.nan
+    generator = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    held_out = np.zeros(phi_a.size, dtype=bool)
+    held_out[generator.choice(phi_a.size, size=n, replace=False)] = True
+    rest = ~held_out
+    return (ramachandran_kl(phi_a[rest], psi_a[rest], phi_a[held_out], psi_a[held_out], bins),
+            ramachandran_tv(phi_a[rest], psi_a[rest], phi_a[held_out], psi_a[held_out], bins))
+
+
+# --------------------------------------------------------------------------- metastable states
+
+
+def phi_positive_population(phi: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """(Weighted) share of samples with phi > 0 (alpha_L and C7ax); non-finite phi are left out; nan if none."""
+    values = _as_1d(phi, "phi")
+    w = _histogram_weights(weights, values.size)
+    keep = np.isfinite(values) & (w > 0)
+    if not keep.any():
+        return math.nan
+    return float(w[keep][values[keep] > 0].sum() / w[keep].sum())
+
+
+def state_free_energy(p_positive: float) -> float:
+    """dF = -ln(P(phi > 0) / P(phi < 0)) in kT; +inf at P = 0, -inf at P = 1, nan for nan."""
+    p = float(p_positive)
+    if math.isnan(p):
+        return math.nan
+    if p <= 0.0:
+        return math.inf
+    if p >= 1.0:
+        return -math.inf
+    return -math.log(p / (1.0 - p))
+
+
 def free_energy_1d(angle: np.ndarray, bins: int = N_BINS, weights: np.ndarray | None = None,
                    range: tuple[float, float] = (-np.pi, np.pi)) -> tuple[np.ndarray, np.ndarray]:
     """Free-energy profile F = -ln p (kT) along one angle, shifted so that min F = 0.
@@ -255,65 +413,3 @@ def free_energy_1d(angle: np.ndarray, bins: int = N_BINS, weights: np.ndarray | 
         free[filled] = -np.log(counts[filled])
         free -= np.nanmin(free)
     return centers, free
-
-
-# --------------------------------------------------------------------------- summaries
-
-
-def _energy_stats(u: np.ndarray) -> dict[str, float | int | None]:
-    finite = u[np.isfinite(u)]
-    return {
-        "n_samples": int(u.size),
-        "n_nonfinite": int(u.size - finite.size),
-        "mean_energy_kT": _json_float(finite.mean()) if finite.size else None,
-        "median_energy_kT": _json_float(np.median(finite)) if finite.size else None,
-    }
-
-
-def summarize_reference(u_kT: np.ndarray, u_threshold: float,
-                        u_md_kT: np.ndarray | None = None) -> dict[str, float | int | None]:
-    """Energy statistics of a reference column (MD data, MD + noise), JSON-ready.
-
-    Keys: n_samples, n_nonfinite, mean_energy_kT, median_energy_kT, energy_shift_kT (vs
-    `u_md_kT`, None when not given), low_energy_fraction (u < `u_threshold`, kT).
-    """
-    u = _as_1d(u_kT, "u_kT")
-    summary = _energy_stats(u)
-    summary["energy_shift_kT"] = None if u_md_kT is None else _json_float(energy_shift(u, u_md_kT))
-    summary["low_energy_fraction"] = _json_float(low_energy_fraction(u, u_threshold))
-    return summary
-
-
-def summarize_model(u_model_kT: np.ndarray, log_q: np.ndarray | None, phi: np.ndarray, psi: np.ndarray,
-                    u_md_kT: np.ndarray, phi_md: np.ndarray, psi_md: np.ndarray, u_threshold: float,
-                    bins: int = N_BINS) -> dict[str, float | int | None]:
-    """All metrics of one generator's samples against the MD data, JSON-ready.
-
-    Args:
-        u_model_kT: (n,) reduced energies of the samples (kT); non-finite allowed.
-        log_q: (n,) log density of the samples under the flow, or None (no weights).
-        phi, psi: (n,) backbone torsions of the samples (rad).
-        u_md_kT, phi_md, psi_md: the MD data's energies (kT) and torsions (rad).
-        u_threshold: low-energy threshold in kT (`low_energy_threshold` of the training set).
-
-    Keys: n_samples, n_nonfinite, mean_energy_kT, median_energy_kT, energy_shift_kT,
-    low_energy_fraction, reverse_ess, n_zero_weight, ramachandran_kl,
-    ramachandran_kl_reweighted (None where undefined).
-    """
-    u = _as_1d(u_model_kT, "u_model_kT")
-    phi_a, psi_a = _as_1d(phi, "phi"), _as_1d(psi, "psi")
-    _same_length(u_model_kT=u, phi=phi_a, psi=psi_a)
-    summary = _energy_stats(u)
-    summary["energy_shift_kT"] = _json_float(energy_shift(u, u_md_kT))
-    summary["low_energy_fraction"] = _json_float(low_energy_fraction(u, u_threshold))
-    summary["ramachandran_kl"] = _json_float(ramachandran_kl(phi_md, psi_md, phi_a, psi_a, bins))
-    if log_q is None:
-        summary.update(reverse_ess=None, n_zero_weight=None, ramachandran_kl_reweighted=None)
-        return summary
-    log_w = log_weights(u, log_q)
-    summary["reverse_ess"] = _json_float(reverse_ess(log_w))
-    summary["n_zero_weight"] = int(np.sum(~np.isfinite(log_w)))
-    weights = normalized_weights(log_w)
-    summary["ramachandran_kl_reweighted"] = _json_float(
-        ramachandran_kl(phi_md, psi_md, phi_a, psi_a, bins, weights=weights))
-    return summary

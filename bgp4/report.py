@@ -6,13 +6,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from bgp4.errors import InputError
+from bgp4.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
 
 NOISE_FRAMES = 20_000  # MD frames perturbed for the noise reference column
+#: Why weights count as undefined for a run whose complete.json has no `weights_defined` key.
+PREDATES_CHECK = ("run predates the constraint check; weights are defined only when every "
+                  "constrained bond is held fixed")
+
+
+def weights_status(complete: dict[str, Any]) -> tuple[bool, str | None]:
+    """(weights defined?, why not) from a run's complete.json: its `weights_defined` and
+    `weights_note` keys; a run without the key predates the check and has no defined weights."""
+    if "weights_defined" not in complete:
+        return False, PREDATES_CHECK
+    if complete["weights_defined"] is True:
+        return True, None
+    return False, str(complete.get("weights_note") or "the run marks its importance weights as not defined")
 
 
 def _run_label(path: Path, taken: set[str]) -> str:
@@ -72,8 +86,8 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
 
     metrics: dict[str, Any] = {
         "temperature_K": temperature, "kT_kJ_per_mol": kT, "low_energy_threshold_kT": threshold,
-        "md": A.summarize_reference(u_md, threshold),
-        "md_noise_0.004nm": A.summarize_reference(u_noisy, threshold, u_md_kT=u_md),
+        "md": summarize_reference(u_md, threshold, phi=phi_md),
+        "md_noise_0.004nm": summarize_reference(u_noisy, threshold, u_md_kT=u_md),
         "models": {},
     }
     violins = {"MD": u_md, "MD + noise": u_noisy}
@@ -90,8 +104,9 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
             with np.errstate(invalid="ignore"):
                 log_q = np.where(in_domain, -samples.energies / kT - samples.extras["log_w"], np.nan)
         phi, psi = A.backbone_dihedrals(samples.xyz, molecule)
-        summary = A.summarize_model(u, log_q, phi, psi, u_md, phi_md, psi_md, threshold)
-        weights = A.normalized_weights(A.log_weights(u, log_q))
+        defined, note = weights_status(info["complete"])
+        summary = model_metrics(u, log_q, phi, psi, u_md, phi_md, psi_md, threshold,
+                                weights_defined=defined, weights_note=note, seed=seed)
         summary.update(
             model=info["settings"].get("model"), run=str(run), out_of_domain=int(np.count_nonzero(~in_domain)),
             test_nll=info["complete"].get("test_nll_end"), train_wall_s=info["complete"].get("wall_s"),
@@ -101,7 +116,8 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
         violins[label] = u
         rama[label] = (phi, psi, None)
         free[label] = A.free_energy_1d(phi)
-        free[f"{label} reweighted"] = A.free_energy_1d(phi, weights=weights)
+        if summary["weights_defined"]:  # an undefined weight would draw noise as a curve
+            free[f"{label} reweighted"] = A.free_energy_1d(phi, weights=A.normalized_weights(A.log_weights(u, log_q)))
 
     low = {"MD": metrics["md"]["low_energy_fraction"], "MD + noise": metrics["md_noise_0.004nm"]["low_energy_fraction"]}
     low.update({k: v["low_energy_fraction"] for k, v in metrics["models"].items()})
@@ -124,24 +140,102 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-ROWS = [
-    ("samples", "n_samples"), ("non-finite energies", "n_nonfinite"), ("outside IC domain", "out_of_domain"),
-    ("mean energy (kT)", "mean_energy_kT"), ("median energy (kT)", "median_energy_kT"),
-    ("energy shift vs MD (kT)", "energy_shift_kT"), ("low-energy fraction", "low_energy_fraction"),
-    ("reverse ESS", "reverse_ess"), ("Ramachandran KL", "ramachandran_kl"),
-    ("Ramachandran KL, reweighted", "ramachandran_kl_reweighted"), ("test NLL (nats)", "test_nll"),
-    ("energy evaluations per sample", "energy_evals_per_sample"),
-]
+def _signed(value: Any) -> str:
+    return "n/a" if value is None else f"{value:+.2g}"
+
+
+NOT_DEFINED = "not defined"
+#: A table cell: one model's metrics -> text.
+Cell = Callable[[dict[str, Any]], str]
+
+
+def _plain(key: str) -> Cell:
+    return lambda m: _fmt(m.get(key))
+
+
+def _with_floor(key: str, floor: str) -> Cell:
+    return lambda m: f"{_fmt(m.get(key))} (floor {_fmt(m.get(floor))})"
+
+
+def _with_error(key: str, error: str) -> Cell:
+    return lambda m: f"{_fmt(m.get(key))} (error {_signed(m.get(error))})"
+
+
+def _ess(m: dict[str, Any]) -> str:
+    return (f"{_fmt(m.get('reverse_ess'))} [{_fmt(m.get('reverse_ess_ci_low'))}, "
+            f"{_fmt(m.get('reverse_ess_ci_high'))}], N = {m.get('n_samples')}")
+
+
+def _rows(md: dict[str, Any]) -> list[tuple[str, Cell, tuple[str, ...]]]:
+    """Table rows: (label, cell, the keys the cell shows); labels carry the MD values."""
+    p_md, df_md = _fmt(md.get("p_phi_positive")), _fmt(md.get("dF_phi_kT"))
+    return [
+        ("samples N", _plain("n_samples"), ("n_samples",)),
+        ("non-finite energies", _plain("n_nonfinite"), ("n_nonfinite",)),
+        ("outside IC domain", _plain("out_of_domain"), ("out_of_domain",)),
+        ("mean energy (kT)", _plain("mean_energy_kT"), ("mean_energy_kT",)),
+        ("median energy (kT)", _plain("median_energy_kT"), ("median_energy_kT",)),
+        ("energy shift vs MD (kT)", _plain("energy_shift_kT"), ("energy_shift_kT",)),
+        ("energy shift, reweighted (kT)", _plain("energy_shift_reweighted_kT"), ("energy_shift_reweighted_kT",)),
+        ("energy W2 vs MD (kT)", _plain("energy_w2"), ("energy_w2",)),
+        ("energy W2, reweighted (kT)", _plain("energy_w2_reweighted"), ("energy_w2_reweighted",)),
+        ("low-energy fraction", _plain("low_energy_fraction"), ("low_energy_fraction",)),
+        ("reverse ESS [95 % CI], N", _ess, ("reverse_ess",)),
+        ("Ramachandran KL (MD floor)", _with_floor("ramachandran_kl", "ramachandran_kl_floor"), ("ramachandran_kl",)),
+        ("Ramachandran KL, reweighted (MD floor at ESS·N)",
+         _with_floor("ramachandran_kl_reweighted", "ramachandran_kl_floor_ess"), ("ramachandran_kl_reweighted",)),
+        ("Ramachandran TV (MD floor)", _with_floor("ramachandran_tv", "ramachandran_tv_floor"), ("ramachandran_tv",)),
+        ("Ramachandran TV, reweighted (MD floor at ESS·N)",
+         _with_floor("ramachandran_tv_reweighted", "ramachandran_tv_floor_ess"), ("ramachandran_tv_reweighted",)),
+        (f"P(phi > 0) (MD {p_md})", _with_error("p_phi_positive", "p_phi_positive_error"), ("p_phi_positive",)),
+        ("P(phi > 0), reweighted", _with_error("p_phi_positive_reweighted", "p_phi_positive_reweighted_error"),
+         ("p_phi_positive_reweighted",)),
+        (f"dF(phi) (kT) (MD {df_md})", _with_error("dF_phi_kT", "dF_phi_error_kT"), ("dF_phi_kT",)),
+        ("dF(phi), reweighted (kT)", _with_error("dF_phi_reweighted_kT", "dF_phi_reweighted_error_kT"),
+         ("dF_phi_reweighted_kT",)),
+        ("test NLL (nats)", _plain("test_nll"), ("test_nll",)),
+        ("energy evaluations per sample", _plain("energy_evals_per_sample"), ("energy_evals_per_sample",)),
+    ]
+
+
+METRICS_SECTION = """## Metrics
+
+All energies are reduced, u = U / kT at the data's temperature; w = exp(-u - log q) are the importance weights of the samples.
+
+- **energy shift**: mean u of the samples minus mean u of MD; samples with a non-finite energy are left out (counted in "non-finite energies"); reweighted: the mean under w.
+- **energy W2**: 1-d Wasserstein-2 distance between the MD and sample energy distributions (kT), from their quantile functions (weighted quantiles under w when reweighted); non-finite energies left out; never below |energy shift|.
+- **low-energy fraction**: share of samples below the highest training-frame energy.
+- **reverse ESS**: Kish effective sample size per sample, (sum w)^2 / (N sum w^2), over all N samples (zero weight for a non-finite energy or a sample outside the IC domain); the interval is the 2.5-97.5 % percentile of 200 seeded bootstrap resamples of the N samples.
+- **Ramachandran KL**: KL(MD || model) of 64 x 64 (phi, psi) histograms on [-pi, pi]^2 (density floor 1e-10); reweighted under w.
+- **Ramachandran TV**: total variation 0.5 sum |p_i - q_i| of the same bins' probabilities, in [0, 1].
+- **MD floor**: the same distance for a seeded MD subsample of the model's size against the other MD frames, i.e. about what a perfect model would score at that N; undefined when the model has at least as many samples as MD. For the reweighted figures the subsample has ESS·N frames, a rough guide only (it overstates the KL floor: N weighted samples leave fewer bins empty than ESS·N unweighted ones).
+- **P(phi > 0)**: population of the alpha_L and C7ax states (phi > 0); error = model - MD.
+- **dF(phi)**: -ln(P(phi > 0) / P(phi < 0)) in kT; error = model - MD.
+- **reweighted figures** are given only where the importance weights are defined: p and q must live on the same space, so every constrained bond of the system must be held fixed (not a flow dimension).
+"""
 
 
 def render_report(metrics: dict[str, Any], data_path: str | Path) -> str:
-    """Markdown: the comparison table and the figures."""
+    """Markdown: the metric definitions, the comparison table and the figures."""
     models = metrics["models"]
     md, noisy = metrics["md"], metrics["md_noise_0.004nm"]
     header = "| metric | " + " | ".join(models) + " |\n|---|" + "---|" * len(models) + "\n"
+
+    def cell(m: dict[str, Any], show: Cell, keys: tuple[str, ...]) -> str:
+        if not m.get("weights_defined") and any(k in REWEIGHTED_KEYS for k in keys):
+            return NOT_DEFINED
+        return show(m)
+
     rows = "".join(
-        f"| {name} | " + " | ".join(_fmt(m.get(key)) for m in models.values()) + " |\n"
-        for name, key in ROWS
+        f"| {name} | " + " | ".join(cell(m, show, keys) for m in models.values()) + " |\n"
+        for name, show, keys in _rows(md)
+    )
+    notes = "".join(
+        f"- {label}: importance weights {NOT_DEFINED} ({m.get('weights_note')}), so no reverse ESS and no "
+        "reweighted figures.\n" for label, m in models.items() if not m.get("weights_defined")
+    ) + "".join(
+        f"- {label}: Ramachandran MD floor undefined ({m['ramachandran_floor_note']}).\n"
+        for label, m in models.items() if m.get("ramachandran_floor_note")
     )
     return (
         "# bgp4 report\n\n"
@@ -149,11 +243,15 @@ def render_report(metrics: dict[str, Any], data_path: str | Path) -> str:
         f"Low-energy threshold (max energy of the training frames): {metrics['low_energy_threshold_kT']:.2f} kT.\n\n"
         f"MD mean energy {_fmt(md['mean_energy_kT'])} kT; with 0.004 nm Gaussian noise "
         f"{_fmt(noisy['mean_energy_kT'])} kT (shift {_fmt(noisy.get('energy_shift_kT'))} kT, "
-        f"low-energy fraction {_fmt(noisy['low_energy_fraction'])}).\n\n"
-        "## Models\n\n" + header + rows +
-        "\nSamples outside the internal-coordinate domain carry no importance weight (their log q is not valid).\n\n"
-        "## Figures\n\n"
+        f"low-energy fraction {_fmt(noisy['low_energy_fraction'])}). "
+        f"MD P(phi > 0) = {_fmt(md.get('p_phi_positive'))}, dF(phi) = {_fmt(md.get('dF_phi_kT'))} kT.\n\n"
+        + METRICS_SECTION +
+        "\n## Models\n\n" + header + rows +
+        "\nSamples outside the internal-coordinate domain carry no importance weight (their log q is not valid).\n"
+        + (f"\n{notes}" if notes else "") +
+        "\n## Figures\n\n"
         "Energies (kT):\n\n![energies](energies.png)\n\n"
         "Ramachandran plots (log density, shared scale):\n\n![ramachandran](ramachandran.png)\n\n"
-        "Free energy along phi, raw and reweighted:\n\n![free energy](free_energy_phi.png)\n"
+        "Free energy along phi, raw and (where the weights are defined) reweighted:\n\n"
+        "![free energy](free_energy_phi.png)\n"
     )

@@ -1,7 +1,6 @@
 """Known-answer tests for the sample-quality metrics (bgp4.analysis)."""
 from __future__ import annotations
 
-import json
 import math
 
 import mdtraj
@@ -165,38 +164,6 @@ def test_free_energy_known_ratio_and_gaps():
     assert np.all(np.isnan(empty))
 
 
-def test_summaries_are_json_ready(md_frames, md_angles):
-    _, energies = md_frames
-    u_md = energies / 4.98868
-    phi, psi = md_angles
-    threshold = analysis.low_energy_threshold(u_md)
-    log_q = -u_md  # a perfect model: all weights equal
-    u_model = u_md.copy()
-    u_model[:10] = np.inf
-    summary = analysis.summarize_model(u_model, log_q, phi, psi, u_md, phi, psi, threshold)
-    json.dumps(summary)
-    assert summary["n_samples"] == 3000 and summary["n_nonfinite"] == 10
-    assert summary["energy_shift_kT"] == pytest.approx(u_md[10:].mean() - u_md.mean())
-    assert summary["reverse_ess"] == pytest.approx(2990 / 3000)
-    assert summary["n_zero_weight"] == 10
-    assert summary["ramachandran_kl"] == pytest.approx(0.0, abs=1e-12)
-    assert 0 < summary["ramachandran_kl_reweighted"] < 0.05
-    assert summary["low_energy_fraction"] == pytest.approx(2989 / 3000, abs=1 / 3000)
-
-    unweighted = analysis.summarize_model(u_model, None, phi, psi, u_md, phi, psi, threshold)
-    assert unweighted["reverse_ess"] is None and unweighted["ramachandran_kl_reweighted"] is None
-
-    empty = analysis.summarize_model(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), u_md, phi, psi, threshold)
-    json.dumps(empty)
-    assert empty["mean_energy_kT"] is None and empty["reverse_ess"] is None and empty["ramachandran_kl"] is None
-
-    reference = analysis.summarize_reference(u_md, threshold, u_md_kT=u_md)
-    json.dumps(reference)
-    assert reference["energy_shift_kT"] == 0.0
-    assert reference["median_energy_kT"] == pytest.approx(float(np.median(u_md)))
-    assert analysis.summarize_reference(u_md, threshold)["energy_shift_kT"] is None
-
-
 def test_noise_raises_the_energy(md_frames, molecule):
     """The paper's reference column: 0.004 nm noise lifts the mean energy by many kT."""
     import openmm
@@ -211,3 +178,124 @@ def test_noise_raises_the_energy(md_frames, molecule):
         noisy_energies.append(state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole))
     shift = analysis.energy_shift(np.array(noisy_energies) / 4.98868, energies[:50] / 4.98868)
     assert shift > 5.0
+
+
+def test_ramachandran_tv_identical_disjoint_and_half():
+    rng = np.random.default_rng(4)
+    phi = rng.uniform(-np.pi, -0.1, 2000)  # MD never visits phi > 0 here
+    psi = rng.uniform(-np.pi, np.pi, 2000)
+    assert analysis.ramachandran_tv(phi, psi, phi, psi) == pytest.approx(0.0, abs=1e-12)
+    # All model mass where MD has none: TV = 1 (KL would only be large, TV is bounded).
+    assert analysis.ramachandran_tv(phi, psi, phi + np.pi, psi) == pytest.approx(1.0)
+    # Half on MD's own histogram, half where MD has none: TV = 1/2; weights that switch the
+    # second half off bring it back to 0.
+    model_phi, model_psi = np.concatenate([phi, phi + np.pi]), np.concatenate([psi, psi])
+    assert analysis.ramachandran_tv(phi, psi, model_phi, model_psi) == pytest.approx(0.5)
+    weights = np.concatenate([np.ones(2000), np.zeros(2000)])
+    assert analysis.ramachandran_tv(phi, psi, model_phi, model_psi, weights=weights) == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(analysis.ramachandran_tv(phi, psi, np.zeros(0), np.zeros(0)))
+
+
+def test_ramachandran_floor_matches_multinomial_theory():
+    """A uniform 'MD' set on K = 16 x 16 bins: a subsample of n against the other m frames has
+    E[TV] ~ (K/2) sqrt(2/pi) sqrt((1/K)(1/n + 1/m)) and E[KL] ~ (K - 1)/2 (1/n + 1/m)
+    (chi-square limit; n large enough that no bin of the subsample is empty)."""
+    rng = np.random.default_rng(5)
+    phi, psi = rng.uniform(-np.pi, np.pi, (2, 20_000))
+    k, n, m = 256, 5000, 15_000
+    kl, tv = analysis.ramachandran_floor(phi, psi, n, bins=16, rng=0)
+    assert tv == pytest.approx(k / 2 * math.sqrt(2 / math.pi) * math.sqrt((1 / k) * (1 / n + 1 / m)), rel=0.1)
+    assert kl == pytest.approx((k - 1) / 2 * (1 / n + 1 / m), rel=0.15)
+    # The floor falls with the sample size, is seeded, and undefined without frames to compare with.
+    assert analysis.ramachandran_floor(phi, psi, 500, bins=16, rng=0)[1] > 2 * tv
+    assert analysis.ramachandran_floor(phi, psi, n, bins=16, rng=0) == (kl, tv)
+    for size in (0, 20_000, 30_000):
+        assert all(math.isnan(v) for v in analysis.ramachandran_floor(phi, psi, size, bins=16))
+
+
+def test_weighted_quantile_equals_unweighted_and_repeats():
+    rng = np.random.default_rng(6)
+    values = rng.normal(size=1001)
+    probs = np.concatenate([[0.0, 0.5, 1.0], rng.uniform(size=50)])
+    expected = np.quantile(values, probs, method="inverted_cdf")
+    np.testing.assert_array_equal(analysis.weighted_quantile(values, probs), expected)
+    np.testing.assert_array_equal(analysis.weighted_quantile(values, probs, weights=np.full(1001, 0.37)), expected)
+    # Integer weights act like repeated values; non-finite values and zero weights drop out.
+    counts = rng.integers(0, 4, size=values.size)
+    np.testing.assert_array_equal(
+        analysis.weighted_quantile(np.append(values, np.nan), probs, weights=np.append(counts, 5.0)),
+        np.quantile(np.repeat(values, counts), probs, method="inverted_cdf"))
+    assert np.isnan(analysis.weighted_quantile(np.zeros(0), [0.5])).all()
+    with pytest.raises(InputError, match=r"\[0, 1\]"):
+        analysis.weighted_quantile(values, [1.5])
+
+
+def test_energy_w2_known_answers():
+    rng = np.random.default_rng(7)
+    u = rng.gamma(3.0, 2.0, 5000)
+    # A pure shift: W2 equals the shift, in either direction.
+    assert analysis.energy_w2(u, u + 1.7) == pytest.approx(1.7, rel=1e-12)
+    assert analysis.energy_w2(u + 1.7, u) == pytest.approx(1.7, rel=1e-12)
+    # Equal sizes: W2^2 is the mean squared difference of the sorted samples.
+    v = rng.normal(6.0, 3.0, 5000)
+    assert analysis.energy_w2(u, v) == pytest.approx(math.sqrt(np.mean((np.sort(u) - np.sort(v)) ** 2)))
+    # Point masses: {0} vs {0, 1} gives sqrt(1/2); weights 3:1 on {0, 1} give sqrt(1/4).
+    assert analysis.energy_w2(np.zeros(1), np.array([0.0, 1.0])) == pytest.approx(math.sqrt(0.5))
+    assert analysis.energy_w2(np.zeros(1), np.array([0.0, 1.0]), weights=np.array([3.0, 1.0])) == pytest.approx(0.5)
+    # Non-finite energies are left out; nothing finite is nan.
+    assert analysis.energy_w2(u, np.append(u + 1.7, [np.inf, np.nan])) == pytest.approx(1.7, rel=1e-12)
+    assert math.isnan(analysis.energy_w2(u, np.array([np.inf])))
+
+
+def test_energy_w2_is_never_below_the_shift():
+    rng = np.random.default_rng(8)
+    for _ in range(20):
+        md = rng.normal(rng.normal(), rng.uniform(0.5, 3.0), rng.integers(1, 2000))
+        model = rng.standard_t(3.0, rng.integers(1, 2000)) + rng.normal()
+        weights = rng.exponential(size=model.size)
+        for w in (None, weights):
+            shift = analysis.energy_shift(model, md, weights=w)
+            assert analysis.energy_w2(md, model, weights=w) >= abs(shift) * (1 - 1e-12)
+
+
+def test_weighted_energy_shift():
+    u_md = np.array([0.0, 2.0])
+    model = np.array([1.0, 5.0, np.inf])
+    assert analysis.energy_shift(model, u_md) == pytest.approx(2.0)
+    assert analysis.energy_shift(model, u_md, weights=np.array([3.0, 1.0, 1.0])) == pytest.approx(1.0)
+
+
+def test_reverse_ess_interval():
+    rng = np.random.default_rng(9)
+    widths = []
+    for n in (1000, 20_000):
+        log_w = rng.normal(0.0, 0.5, n)  # lognormal weights: population ESS exp(-sigma^2)
+        point = analysis.reverse_ess(log_w)
+        low, high = analysis.reverse_ess_interval(log_w, rng=1)
+        assert low < point < high
+        widths.append(high - low)
+        assert analysis.reverse_ess_interval(log_w, rng=1) == (low, high)  # seeded
+    # The interval narrows with N (~1/sqrt(N)) and holds the population value exp(-sigma^2).
+    assert widths[1] < widths[0] / 3
+    assert low < math.exp(-0.25) < high
+    assert analysis.reverse_ess_interval(np.full(50, 7.0)) == pytest.approx((1.0, 1.0))
+    # Weights spanning 2,000 nats: resamples without the top weight must not underflow to nan.
+    spread = np.linspace(-2000.0, 0.0, 300)
+    assert all(0 < v <= 1 for v in analysis.reverse_ess_interval(spread, n_boot=50))
+    assert analysis.reverse_ess_interval(np.full(5, -np.inf)) == (0.0, 0.0)
+    assert all(math.isnan(v) for v in analysis.reverse_ess_interval(np.zeros(0)))
+    with pytest.raises(InputError):
+        analysis.reverse_ess_interval(np.zeros(5), n_boot=0)
+
+
+def test_phi_positive_population_and_state_free_energy():
+    phi = np.concatenate([np.full(30, 1.0), np.full(70, -1.5), [np.nan]])
+    p = analysis.phi_positive_population(phi)
+    assert p == pytest.approx(0.3)
+    assert analysis.state_free_energy(p) == pytest.approx(math.log(7 / 3))
+    # Weights that balance the two states: dF = 0.
+    weights = np.concatenate([np.full(30, 7.0), np.full(70, 3.0), [1.0]])
+    balanced = analysis.phi_positive_population(phi, weights)
+    assert balanced == pytest.approx(0.5) and analysis.state_free_energy(balanced) == pytest.approx(0.0, abs=1e-12)
+    assert analysis.state_free_energy(0.0) == math.inf and analysis.state_free_energy(1.0) == -math.inf
+    assert math.isnan(analysis.phi_positive_population(np.array([np.nan])))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 from bgp4.data import load_trajectory
 from bgp4.errors import InputError
 from bgp4.md import MDSettings, simulate
-from bgp4.report import analyze
+from bgp4.metrics import REWEIGHTED_KEYS
+from bgp4.report import PREDATES_CHECK, analyze, weights_status
 from bgp4.sample import SAMPLE_EXTRAS, SampleSettings, sample_run
 from bgp4.train import TrainSettings, train
 
@@ -68,21 +70,56 @@ def test_same_seed_same_samples(trained_run, tmp_path):
     assert np.array_equal(load_trajectory(a).xyz, load_trajectory(b).xyz)
 
 
-def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path):
+def test_weights_status_from_complete_json():
+    assert weights_status({}) == (False, PREDATES_CHECK)
+    assert weights_status({"weights_defined": True, "weights_note": ""}) == (True, None)
+    assert weights_status({"weights_defined": False, "weights_note": "bond 8-9 is a flow dimension"}) == (
+        False, "bond 8-9 is a flow dimension")
+    defined, note = weights_status({"weights_defined": False})
+    assert not defined and note
+
+
+def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkeypatch):
+    from bgp4 import plots
+
     data, run = trained_run
-    metrics = analyze(data, [run], tmp_path / "report", workers=1)
-    model = metrics["models"]["p4inv"]
-    assert model["n_samples"] == 600
-    for key in ("mean_energy_kT", "energy_shift_kT", "low_energy_fraction", "reverse_ess", "ramachandran_kl", "test_nll"):
-        assert key in model
+    # The same run marked as holding every constrained bond fixed (what train writes now).
+    fixed = tmp_path / "p4inv-fixed"
+    shutil.copytree(run, fixed)
+    complete = json.loads((fixed / "complete.json").read_text())
+    (fixed / "complete.json").write_text(json.dumps({**complete, "weights_defined": True, "weights_note": None}))
+    curves: list[str] = []
+    drawn = plots.free_energy_phi
+    monkeypatch.setattr(plots, "free_energy_phi", lambda c, path: curves.extend(c) or drawn(c, path))
+
+    metrics = analyze(data, [run, fixed], tmp_path / "report", workers=1)
+    old, new = metrics["models"]["p4inv"], metrics["models"]["p4inv-fixed"]
+    for model in (old, new):
+        assert model["n_samples"] == 600
+        for key in ("mean_energy_kT", "energy_shift_kT", "energy_w2", "low_energy_fraction", "ramachandran_kl",
+                    "ramachandran_tv", "ramachandran_kl_floor", "ramachandran_tv_floor", "p_phi_positive",
+                    "dF_phi_kT", "dF_phi_error_kT", "test_nll"):
+            assert model[key] is not None, key
+    # A run without `weights_defined` predates the constraint check: nulls and the note.
+    assert old["weights_defined"] is False and old["weights_note"] == PREDATES_CHECK
+    assert all(old[key] is None for key in REWEIGHTED_KEYS)
+    assert all(new[key] is not None for key in ("reverse_ess", "reverse_ess_ci_low", "reverse_ess_ci_high",
+                                                "energy_w2_reweighted", "ramachandran_tv_reweighted"))
+    assert new["reverse_ess_ci_low"] <= new["reverse_ess"] <= new["reverse_ess_ci_high"]
+    assert "p4inv-fixed reweighted" in curves and "p4inv reweighted" not in curves
     assert metrics["md"]["low_energy_fraction"] > 0.99
+    assert 0 <= metrics["md"]["p_phi_positive"] <= 1
     assert metrics["md_noise_0.004nm"]["energy_shift_kT"] > 5.0
     for stem in ("energies", "ramachandran", "free_energy_phi"):
         for ext in ("png", "pdf"):
             assert (tmp_path / "report" / f"{stem}.{ext}").stat().st_size > 1000
     assert json.loads((tmp_path / "report" / "metrics.json").read_text())["models"]["p4inv"]["n_samples"] == 600
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "| metric | p4inv |" in report and "energies.png" in report
+    assert "| metric | p4inv | p4inv-fixed |" in report and "energies.png" in report
+    assert "## Metrics" in report and "Ramachandran TV" in report and "floor" in report
+    ess_row = next(line for line in report.splitlines() if line.startswith("| reverse ESS"))
+    assert ess_row.split(" | ")[1] == "not defined" and "N = 600" in ess_row.split(" | ")[2]
+    assert PREDATES_CHECK in report
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
