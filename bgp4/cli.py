@@ -184,13 +184,15 @@ def sample(
     typer.echo(
         f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "
         f"{summary['out_of_domain']} outside the IC domain; mean energy {summary['mean_energy_kT']} kT, "
-        f"reverse ESS {summary['reverse_ess']:.3g}"
+        + (f"reverse ESS {summary['reverse_ess']:.3g}" if summary["reverse_ess"] is not None
+           else "reverse ESS not defined (constrained bonds are flow dimensions; see complete.json)")
     )
     if refine is not None:
         refined, _ = refine_run(run, settings, refinement, out, overwrite, progress=not quiet)
         typer.echo(
             f"refined (K={refine}): mean energy {refined['mean_energy_kT']} kT, reverse ESS "
-            f"{refined['reverse_ess']:.3g}, {refined['evals_per_sample']:.3g} energy evaluations per sample"
+            f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
+            f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
         )
 
 

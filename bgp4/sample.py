@@ -118,7 +118,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
             done += b
             bar.update(b)
     joined = {k: np.concatenate(v) for k, v in extras.items()}
-    summary = _summary(np.concatenate(energies) / kT, joined)
+    summary = _summary(np.concatenate(energies) / kT, joined, complete.get("weights_defined", False))
     record["summary"] = json.dumps(summary)
     record["temperature"] = temperature
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +126,8 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     return summary, True
 
 
-def _summary(u: np.ndarray, extras: dict[str, np.ndarray]) -> dict[str, Any]:
+def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool) -> dict[str, Any]:
+    """Counts and energies (kT) of a samples file; reverse ESS only where weights are defined, else None."""
     from bgp4.analysis import reverse_ess
 
     finite = extras["finite"]
@@ -136,7 +137,7 @@ def _summary(u: np.ndarray, extras: dict[str, np.ndarray]) -> dict[str, Any]:
         "out_of_domain": int(np.count_nonzero(~extras["in_domain"])),
         "mean_energy_kT": float(np.mean(u[finite])) if finite.any() else None,
         "median_energy_kT": float(np.median(u[finite])) if finite.any() else None,
-        "reverse_ess": float(reverse_ess(extras["log_w"])),
+        "reverse_ess": float(reverse_ess(extras["log_w"])) if weights_defined is True else None,
     }
 
 
@@ -281,7 +282,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     extras = {"log_q": log_q, "log_w": np.where(finite & ok, log_w, -np.inf), "finite": finite, "in_domain": ok}
     n_evals = int(sum(c.n_evals for c in results)) + int(plan["pilot_evals"])
     acceptance = np.nanmean(np.stack([c.acceptance for c in results]), axis=0) if r.levels else np.zeros(0)
-    summary = _summary(u, extras)
+    summary = _summary(u, extras, complete.get("weights_defined", False))
     summary.update(energy_evals=n_evals, evals_per_sample=n_evals / s.n, levels=r.levels)
     record.update(
         summary=json.dumps(summary), temperature=temperature, betas=betas.tolist(), step_sizes=sizes.tolist(),
