@@ -86,13 +86,17 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     # The same run marked as holding every constrained bond fixed (what train writes now).
     fixed = tmp_path / "p4inv-fixed"
     shutil.copytree(run, fixed)
+    legacy = tmp_path / "legacy" / run.name  # the same run as written before train recorded weights_defined
+    shutil.copytree(run, legacy)
+    stripped = {k: v for k, v in json.loads((legacy / "complete.json").read_text()).items() if not k.startswith("weights_")}
+    (legacy / "complete.json").write_text(json.dumps(stripped))
     complete = json.loads((fixed / "complete.json").read_text())
     (fixed / "complete.json").write_text(json.dumps({**complete, "weights_defined": True, "weights_note": None}))
     curves: list[str] = []
     drawn = plots.free_energy_phi
     monkeypatch.setattr(plots, "free_energy_phi", lambda c, path: curves.extend(c) or drawn(c, path))
 
-    metrics = analyze(data, [run, fixed], tmp_path / "report", workers=1)
+    metrics = analyze(data, [legacy, fixed], tmp_path / "report", workers=1)
     old, new = metrics["models"]["p4inv"], metrics["models"]["p4inv-fixed"]
     for model in (old, new):
         assert model["n_samples"] == 600
