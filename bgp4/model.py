@@ -8,6 +8,7 @@ densities w.r.t. the Cartesian volume on the n_dims-dimensional manifold the tra
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.flows.base import SequentialFlow
 from bgp4.flows.coordinates import MixedCoordinateTransform
@@ -135,7 +137,7 @@ class BoltzmannGenerator(nn.Module):
         """Write config, transform structure, dtype and state dict (torch.save)."""
         payload = {"config": self.config, "transform": self.transform.structure(),
                    "dtype": str(self.dtype).removeprefix("torch."), "state_dict": self.state_dict()}
-        torch.save(payload, Path(path))
+        atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
 
 def _frames_array(data) -> torch.Tensor:
@@ -174,8 +176,9 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         payload = torch.load(path, map_location=map_location, weights_only=True)
         config, structure = payload["config"], payload["transform"]
         dtype = getattr(torch, payload["dtype"])
-    except (KeyError, TypeError, RuntimeError, AttributeError, EOFError) as err:
-        raise InputError(f"{path} is not a bgp4 model file ({err})") from err
+    except (KeyError, TypeError, RuntimeError, AttributeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+        raise InputError(f"{path} is not a bgp4 model file ({reason})") from err
     transform = MixedCoordinateTransform(**structure)
     if transform.n_dims != config["n_dims"]:
         raise Bgp4Error(f"{path}: transform has {transform.n_dims} dims, config says {config['n_dims']}")
