@@ -49,15 +49,18 @@ def default_samples_path(run: str | Path) -> Path:
 
 
 def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings(), out: str | Path | None = None,
-               overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:
+               overwrite: bool = False, progress: bool = True,
+               temperature: float | None = None) -> tuple[dict[str, Any], bool]:
     """Sample a finished training run into `out` (default `<run>/samples.h5`).
 
     Returns (summary, newly_sampled). An existing samples file made with the same settings is
-    kept (the stage is complete); one made with other settings needs `overwrite`.
+    kept (the stage is complete); one made with other settings needs `overwrite`. The weights
+    use the temperature (K) the run recorded; `temperature` is needed only for a run that
+    recorded none, and must agree with it otherwise.
     """
     from tqdm.auto import tqdm
 
-    from bgp4.data import read_settings, write_trajectory
+    from bgp4.data import read_settings, resolve_temperature, write_trajectory
     from bgp4.energy import OpenMMEnergy
     from bgp4.model import load_generator
     from bgp4.molecule import alanine_dipeptide
@@ -81,9 +84,9 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     bg = load_generator(run.file(MODEL), map_location=device).to(device).eval()
     complete = json.loads(run.file("complete.json").read_text())
     molecule = alanine_dipeptide()
-    temperature = float(complete.get("temperature", 600.0))
+    temperature = resolve_temperature(complete.get("temperature"), temperature, run.file("complete.json"))
     kT = molecule.kT(temperature)
-    torch.manual_seed(s.seed)
+    generator = torch.Generator(device=device).manual_seed(s.seed)
     chunks: list[dict[str, np.ndarray]] = []
     extras: dict[str, list[np.ndarray]] = {k: [] for k in SAMPLE_EXTRAS}
     energies: list[np.ndarray] = []  # kJ/mol, float64 (the file keeps float32)
@@ -93,7 +96,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
         while done < s.n:
             b = min(s.batch, s.n - done)
             with torch.no_grad():
-                x, log_q, ok, _ = bg.sample(b)
+                x, log_q, ok, _ = bg.sample(b, generator=generator)
             x = x.detach().cpu().double().numpy().reshape(b, molecule.n_atoms, 3)
             log_q = log_q.detach().cpu().double().numpy()
             ok = ok.detach().cpu().numpy().astype(bool)
