@@ -15,8 +15,8 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
-from queue import Empty
 from pathlib import Path
+from queue import Empty
 
 import numpy as np
 

@@ -51,11 +51,11 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
         raise InputError("name at least one run directory to analyze")
     molecule = alanine_dipeptide()
     data = load_trajectory(data_path, n_atoms=molecule.n_atoms)
+    temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
     loaded = [(Path(r), *_load_samples(Path(r))) for r in runs]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
     kT = molecule.kT(temperature)
     u_md = data.energies / kT
     split = Path(loaded[0][0]) / "split.npz"
