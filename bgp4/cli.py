@@ -83,11 +83,17 @@ def simulate(
     """Run Langevin MD of alanine dipeptide (amber99sb-ildn, OBC implicit solvent) and save frames.
 
     Defaults are the paper's 600 K protocol. A run cut off at any moment resumes when the same
-    command is run again.
+    command is run again; rerunning a finished one reports it and exits.
     """
-    from bgp4.md import MDSettings, simulate as run_md
+    from bgp4.md import MDSettings, completed, simulate as run_md
 
-    settings = MDSettings(frames, temperature, timestep_fs, save_every, friction, equilibration_ps, replicas, seed, platform)
+    settings = MDSettings(
+        frames=frames, temperature=temperature, timestep_fs=timestep_fs, save_every=save_every, friction=friction,
+        equilibration_ps=equilibration_ps, replicas=replicas, seed=seed, platform=platform,
+    )
+    if not overwrite and completed(out, settings):
+        typer.echo(f"{out}: already complete ({settings.frames} frames)")
+        return
     path = run_md(out, settings, overwrite=overwrite, progress=not quiet)
     typer.echo(f"wrote {settings.frames} frames to {path}")
 
@@ -126,6 +132,7 @@ def train(
     device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
     seed: Optional[int] = typer.Option(None, help="Random seed (split, initialization, batches, samples)." + _d("seed")),
     workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),
+    temperature: Optional[float] = typer.Option(None, help="Temperature of the data in K; only for a data file that records none (a plain mdtraj file)."),
     compile_mode: Optional[str] = typer.Option(None, "--compile", help="torch.compile the likelihood step: auto|on|off. auto compiles CPU runs of at least 3,000 steps (about a minute once, then ~40% faster steps); a failed compile falls back to plain PyTorch." + _d("compile")),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML or YAML file with any of these settings; flags win."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Discard an existing run in --out and train again."),
@@ -137,6 +144,7 @@ def train(
     resumes from its last checkpoint; rerunning a finished run reports it and exits.
     """
     from bgp4.config import TrainSettings, merge_settings, read_config_file
+    from bgp4.report import format_number
     from bgp4.train import train as run_training
 
     flags = dict(
@@ -145,11 +153,13 @@ def train(
         lr_schedule=lr_schedule, clip_grad=clip_grad, merge_every=merge_every,
         force_every=force_every, correct_every=correct_every, test_fraction=test_fraction, eval_every=eval_every,
         fix_constrained=fix_constrained, device=device, seed=seed, workers=workers, compile=compile_mode,
+        temperature=temperature,
     )
     settings = merge_settings(TrainSettings, read_config_file(config) if config else {}, flags)
     summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)
     state = "trained" if trained else "already complete"
-    typer.echo(f"{out}: {state}; test NLL {summary.get('test_nll_start')} -> {summary.get('test_nll_end')}")
+    nll = " -> ".join(format_number(summary.get(k)) for k in ("test_nll_start", "test_nll_end"))
+    typer.echo(f"{out}: {state}; test NLL {nll}")
 
 
 @app.command()
@@ -162,6 +172,7 @@ def sample(
     device: str = typer.Option("auto", help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."),
     seed: int = typer.Option(0, help="Random seed of the prior samples."),
     workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
+    temperature: Optional[float] = typer.Option(None, help="Temperature in K; only for a run that records none."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing samples file made with other settings."),
     refine: Optional[int] = typer.Option(None, "--refine", help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5."),
     refine_steps: int = typer.Option(2, "--refine-steps", help="MALA/HMC moves per refinement level (one energy+force evaluation per leapfrog step)."),
@@ -175,16 +186,17 @@ def sample(
     flagged and counted. With --refine K the same samples are then annealed towards the
     Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
     """
+    from bgp4.report import format_number
     from bgp4.sample import RefineSettings, SampleSettings, refine_run, sample_run
 
-    settings = SampleSettings(n, batch, device, seed, workers).validated()
+    settings = SampleSettings(n=n, batch=batch, device=device, seed=seed, workers=workers).validated()
     if refine is not None:  # refused before anything is written
         refinement = RefineSettings(refine, refine_steps, refine_leapfrog, resample_ess).validated()
-    summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet)
+    summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet, temperature=temperature)
     typer.echo(
         f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "
-        f"{summary['out_of_domain']} outside the IC domain; mean energy {summary['mean_energy_kT']} kT, "
-        + (f"reverse ESS {summary['reverse_ess']:.3g}" if summary["reverse_ess"] is not None
+        f"{summary['out_of_domain']} outside the IC domain; mean energy {format_number(summary['mean_energy_kT'])} kT, "
+        + (f"reverse ESS {format_number(summary['reverse_ess'], 3)}" if summary["reverse_ess"] is not None
            else "reverse ESS not defined (constrained bonds are flow dimensions; see complete.json)")
     )
     if refine is not None:
@@ -206,6 +218,7 @@ def analyze(
     workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep", help="Aggregate the sweep in this directory over seeds into SWEEP/report/ (instead of RUNS)."),
     refresh: bool = typer.Option(False, "--refresh", help="With --sweep: analyze every run again (after an update of the analysis)."),
+    temperature: Optional[float] = typer.Option(None, help="Temperature of the data in K; only for a data file that records none."),
 ) -> None:
     """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
     if sweep_dir is not None:
@@ -220,7 +233,7 @@ def analyze(
 
     if not runs:
         raise InputError("name the run directories to analyze (or --sweep DIR)")
-    run_analysis(data, list(runs), out, seed=seed, workers=workers)
+    run_analysis(data, list(runs), out, seed=seed, workers=workers, temperature=temperature)
     typer.echo(f"report written to {out / 'report.md'}")
 
 

@@ -63,7 +63,9 @@ def merge_settings(cls: type[T], file_values: dict[str, Any], flag_values: dict[
 def _coerce(name: str, value: Any, annotation: Any) -> Any:
     kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     try:
-        if kind.startswith("int") and not isinstance(value, bool):
+        if kind.startswith(("int", "float")) and isinstance(value, bool):
+            raise ValueError  # `steps = true` is a mistake, not 1
+        if kind.startswith("int"):
             if float(value) != int(float(value)):
                 raise ValueError
             return int(float(value))
@@ -122,6 +124,7 @@ class TrainSettings:
     workers: int = 0  # energy-bridge processes; 0: one per core
     checkpoint_minutes: float = 5.0
     compile: str = "auto"  # torch.compile the likelihood step: auto|on|off (auto: long CPU runs)
+    temperature: float | None = None  # K; only for data files that record none (plain mdtraj files)
 
     def validated(self) -> "TrainSettings":
         """A copy with the data path made absolute; raises InputError for impossible values."""
@@ -136,6 +139,8 @@ class TrainSettings:
         for name in ("lr", "energy_lr", "checkpoint_minutes"):
             if not getattr(self, name) > 0:
                 raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.temperature is not None and not self.temperature > 0:
+            raise InputError(f"--temperature must be positive (K), got {self.temperature}")
         if self.energy_weight < 0:
             raise InputError(f"--energy-weight must be >= 0, got {self.energy_weight}")
         if not 0.0 < self.test_fraction < 1.0:

@@ -16,9 +16,11 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from queue import Empty
 
 import numpy as np
 
+from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
 
 CHECKPOINT_EVERY = 2000  # frames between checkpoints: ~1.5 s of MD, a negligible cost
@@ -79,15 +81,6 @@ class MDSettings:
 RECORD = np.dtype([("xyz", "<f4", (22, 3)), ("epot", "<f8"), ("ekin", "<f8")])
 
 
-def _write_atomic(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _read_state(path: Path) -> tuple[int, bytes] | None:
     """(committed frames, OpenMM checkpoint) of a replica, or None before its first checkpoint."""
     if not path.exists():
@@ -143,7 +136,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
         openmm.LocalEnergyMinimizer.minimize(context)
         context.setVelocitiesToTemperature(s.temperature, seed)
         integrator.step(int(round(s.equilibration_ps * 1000.0 / s.timestep_fs)))
-        _write_atomic(state_path, json.dumps({"frames": 0}).encode() + b"\n" + context.createCheckpoint())
+        atomic_write(state_path, json.dumps({"frames": 0}).encode() + b"\n" + context.createCheckpoint())
     else:
         done, checkpoint = state
         context.loadCheckpoint(checkpoint)
@@ -175,7 +168,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
             f.flush()
             os.fsync(f.fileno())
             done += n
-            _write_atomic(state_path, json.dumps({"frames": done}).encode() + b"\n" + context.createCheckpoint())
+            atomic_write(state_path, json.dumps({"frames": done}).encode() + b"\n" + context.createCheckpoint())
             if progress is not None:
                 progress.put((replica, done))
 
@@ -198,8 +191,42 @@ def _settings_record(s: MDSettings) -> dict:
     }
 
 
-def _prepare(out: Path, s: MDSettings, overwrite: bool) -> Path:
-    """Check the output path and the partial directory; returns the work directory."""
+def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
+    """Settings of `s` that `stored` (a settings record) does not share. With `auto_replicas` (the
+    user asked for one replica per core) any replica count matches: it follows the machine's cores."""
+    return [k for k, v in asdict(s).items() if stored.get(k) != v and not (k == "replicas" and auto_replicas)]
+
+
+def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bool:
+    """Whether `out` holds the finished MD of `settings` (True), or does not exist (False).
+
+    Raises InputError when `out` exists with other settings, or is no bgp4 MD file. A file that
+    exists is complete: it is written in one atomic step at the end of `simulate`.
+    """
+    from bgp4.data import read_settings
+
+    out = Path(out)
+    if not out.exists():
+        return False
+    s = settings.resolved()
+    try:
+        stored = read_settings(out)
+    except (OSError, RuntimeError, ValueError):  # not HDF5 (tables raises HDF5ExtError), or bad JSON
+        stored = {}
+    if stored.get("kind") != "md":
+        raise InputError(f"{out} exists and is no `bgp4 simulate` output; pass --overwrite to replace it, or use another --out")
+    differ = _differing(stored, s, auto_replicas=settings.replicas == 0)
+    if differ:
+        raise InputError(
+            f"{out} holds MD with other settings ({', '.join(differ)}); "
+            "pass --overwrite to replace it, or use another --out"
+        )
+    return True
+
+
+def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> tuple[Path, MDSettings]:
+    """Check the output path and the partial directory; returns the work directory and the
+    settings to run (with `auto_replicas`, a partial run keeps the replica count it started with)."""
     if out.suffix != ".h5":
         raise InputError(f"output must be an mdtraj HDF5 file ending in .h5, got {out}")
     parent = out.parent if str(out.parent) else Path(".")
@@ -210,37 +237,39 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool) -> Path:
     if not os.access(parent, os.W_OK):
         raise InputError(f"cannot write to directory {parent}")
     work = out.with_name(out.name + ".partial")
-    if out.exists() and not overwrite:
-        raise InputError(f"{out} already exists; pass --overwrite to replace it")
     if overwrite and work.exists():
         shutil.rmtree(work)
-    record = json.loads(json.dumps(_settings_record(s)))
     settings_path = work / "settings.json"
     if work.exists() and settings_path.exists():
         previous = json.loads(settings_path.read_text())
-        keys = [k for k in asdict(s) if previous.get(k) != record.get(k)]
+        keys = _differing(previous, s, auto_replicas)
         if keys:
             raise InputError(
                 f"a partial run with other settings ({', '.join(keys)}) exists in {work}; "
                 "rerun with its settings to resume, or pass --overwrite to discard it"
             )
+        if auto_replicas:  # started on a machine with another core count
+            s = MDSettings(**(asdict(s) | {"replicas": int(previous["replicas"])}))
     work.mkdir(exist_ok=True)
     if not settings_path.exists():
-        _write_atomic(settings_path, json.dumps(record, indent=1).encode())
-    return work
+        atomic_write(settings_path, json.dumps(_settings_record(s), indent=1))
+    return work, s
 
 
 def simulate(out: str | os.PathLike, settings: MDSettings = MDSettings(), overwrite: bool = False, progress: bool = True) -> Path:
     """Run (or resume) the MD described by `settings` and write the frames to `out` (mdtraj HDF5).
 
-    Raises InputError for bad settings or paths (nothing on disk is touched then) and
-    Bgp4Error if a replica fails.
+    A finished file of the same settings is kept as it is (see `completed`); one of other settings
+    is replaced only with `overwrite`. Raises InputError for bad settings or paths (nothing on
+    disk is touched then) and Bgp4Error if a replica fails.
     """
     from tqdm.auto import tqdm
 
     out = Path(out)
     s = settings.resolved()
-    work = _prepare(out, s, overwrite)
+    if not overwrite and completed(out, settings):
+        return out
+    work, s = _prepare(out, s, overwrite, auto_replicas=settings.replicas == 0)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=run_replica, args=(str(work), r, asdict(s), queue), daemon=True) for r in range(s.replicas)]
@@ -252,7 +281,7 @@ def simulate(out: str | os.PathLike, settings: MDSettings = MDSettings(), overwr
         while any(p.is_alive() for p in procs) or not queue.empty():
             try:
                 replica, n = queue.get(timeout=0.5)
-            except Exception:  # noqa: BLE001 - queue.Empty: nothing new this half second
+            except Empty:  # nothing new this half second
                 continue
             bar.update(n - done[replica])
             done[replica] = n

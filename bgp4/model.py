@@ -10,6 +10,7 @@ densities w.r.t. the Cartesian volume on the n_dims-dimensional manifold the tra
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bgp4._io import atomic_write
 from bgp4.config import KIND_DEFAULTS, MODELS, SPLINE_MODELS
 from bgp4.errors import InputError
 from bgp4.flows.base import SequentialFlow, SubsetFlow
@@ -177,7 +179,7 @@ class BoltzmannGenerator(nn.Module):
         """Write config, transform structure, dtype and state dict (torch.save)."""
         payload = {"config": self.config, "transform": self.transform.structure(),
                    "dtype": str(self.dtype).removeprefix("torch."), "state_dict": self.state_dict()}
-        torch.save(payload, Path(path))
+        atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
 
 def _frames_array(data) -> torch.Tensor:
@@ -244,6 +246,7 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
             raise KeyError(f"transform has {transform.n_dims} dims, config says {config['n_dims']}")
         model = BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
         model.load_state_dict(payload["state_dict"])
-    except (KeyError, TypeError, RuntimeError, AttributeError, EOFError, ValueError, InputError) as err:
+    except (KeyError, TypeError, RuntimeError, AttributeError, EOFError, ValueError, OSError,
+            pickle.UnpicklingError, InputError) as err:
         raise InputError(f"{path} is not a bgp4 model file of this version ({str(err).splitlines()[0][:200]})") from None
     return model.to(map_location) if map_location is not None else model

@@ -5,7 +5,7 @@ Units: positions in nm, energies in kJ/mol, temperatures in K.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib import resources
 
 import mdtraj
 import numpy as np
@@ -15,7 +15,8 @@ import openmm.app as app
 #: Boltzmann constant in kJ/mol/K (OpenMM's value, CODATA 2018).
 KB_KJ_PER_MOL_K = 0.00831446261815324
 
-PDB_PATH = Path(__file__).resolve().parent.parent / "data" / "alanine-dipeptide.pdb"
+#: The structure ships inside the package (bgp4/resources/), so any install finds it.
+PDB_RESOURCE = ("resources", "alanine-dipeptide.pdb")
 FORCE_FIELD = ("amber99sbildn.xml", "amber96_obc.xml")
 
 #: Rows [atom, bond partner, angle partner, torsion partner] (REFERENCE section 3), reordered
@@ -80,10 +81,11 @@ class Molecule:
 def alanine_dipeptide() -> Molecule:
     """Ace-Ala-Nme with amber99sb-ildn + amber96 OBC implicit solvent, NoCutoff, HBonds.
 
-    The structure ships in `data/alanine-dipeptide.pdb` (from the openmmtools wheel), so
-    nothing is fetched at run time. Its potential energy is -95.70 kJ/mol.
+    The structure ships as package data, `bgp4/resources/alanine-dipeptide.pdb` (from the
+    openmmtools wheel), so nothing is fetched at run time. Its potential energy is -95.70 kJ/mol.
     """
-    pdb = app.PDBFile(str(PDB_PATH))
+    with resources.as_file(resources.files("bgp4").joinpath(*PDB_RESOURCE)) as path:
+        pdb = app.PDBFile(str(path))
     forcefield = app.ForceField(*FORCE_FIELD)
     system = forcefield.createSystem(
         pdb.topology,

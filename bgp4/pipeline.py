@@ -43,9 +43,8 @@ def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
 def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "auto", progress: bool = True,
                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or finish) every stage of `preset` into `out`; returns the analysis metrics."""
-    from bgp4.data import read_settings
-    from bgp4.md import MDSettings, simulate
-    from bgp4.report import analyze
+    from bgp4.md import MDSettings, completed, simulate
+    from bgp4.report import analyze, format_number
     from bgp4.sample import SampleSettings, sample_run
     from bgp4.config import TrainSettings
     from bgp4.train import train
@@ -56,12 +55,7 @@ def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "aut
     out = Path(out)
     data = out / "data" / "ala2-600K.h5"
     md = dataclasses.replace(MDSettings(**p["md"]), seed=seed)
-    if data.exists():
-        stored = read_settings(data)
-        wanted = dataclasses.asdict(md.resolved())
-        # the replica count follows the cores of the machine that made the data
-        if any(stored.get(k) != v for k, v in wanted.items() if k != "replicas"):
-            raise InputError(f"{data} was made with other MD settings; remove it or use another --out")
+    if completed(data, md):
         say(f"simulate: {data} is complete, skipped")
     else:
         say(f"simulate: {md.frames} frames -> {data}")
@@ -72,10 +66,10 @@ def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "aut
         run = out / "runs" / model
         settings = TrainSettings(data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model))
         summary, trained = train(settings, run, progress=progress)
-        say(f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL {summary.get('test_nll_end')}")
+        say(f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL {format_number(summary.get('test_nll_end'))}")
         summary, sampled = sample_run(run, SampleSettings(seed=seed, device=device, **p["sample"]), progress=progress)
         say(f"sample {model}: {'done' if sampled else 'complete, skipped'}; {summary.get('samples')} samples, "
-            f"mean energy {summary.get('mean_energy_kT')} kT")
+            f"mean energy {format_number(summary.get('mean_energy_kT'))} kT")
         runs.append(run)
     metrics = analyze(data, runs, out / "report", seed=seed)
     say(f"analyze: report in {out / 'report' / 'report.md'}")

@@ -39,6 +39,8 @@ STYLE: dict[str, Any] = {
     "pdf.fonttype": 42,  # TrueType in PDFs keeps text editable
     "image.cmap": "viridis",
 }
+#: Sample energies (kT) within +-ENERGY_LINTHRESH are drawn on a linear scale, beyond on a log scale.
+ENERGY_LINTHRESH = 10.0
 #: Formats written for every figure.
 FORMATS = ("png", "pdf")
 _PI_TICKS = (-np.pi, -np.pi / 2, 0.0, np.pi / 2, np.pi)
@@ -200,7 +202,9 @@ def ramachandran_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.nd
     # any realistic sample size, so a stray huge weight cannot wash out the scale).
     vmin = min(max(float(positive.min()), vmax * 1e-6), vmax * 1e-2) if positive.size else 1e-3
     norm = LogNorm(vmin=vmin, vmax=vmax)
-    fig, axes = _new_figure(len(panels), panel_size=(2.6, 2.6), ncols=min(len(panels), 4))
+    # at most 4 a row, rows filled evenly (5 panels: 3 + 2, not 4 + 1)
+    rows = math.ceil(len(panels) / 4)
+    fig, axes = _new_figure(len(panels), panel_size=(2.6, 2.6), ncols=math.ceil(len(panels) / rows))
     edges = angle_edges(bins)
     for ax, (label, (phi, psi, _)) in zip(axes, panels.items()):
         density = densities[label]
@@ -306,11 +310,15 @@ def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> l
 
     Args:
         records: dicts with any of: step, phase ("ml" / "energy"), train_nll, test_nll,
-            energy (kT), p4inv_residual. Missing, None or non-numeric entries are skipped.
+            energy (mean sample energy, kT), energy_median_kT, energy_q10_kT, energy_q90_kT
+            (sample-energy quantiles, kT), p4inv_residual. Missing, None or non-numeric entries
+            are skipped.
         path: output stem; writes `<stem>.png` and `<stem>.pdf`.
 
     Panels: negative log-likelihood (train per phase, test as markers), then sample energy and
-    the P4Inv inverse residual (log scale) when the records hold them. A dotted line marks the
+    the P4Inv inverse residual (log scale) when the records hold them. The energy panel shows the
+    median with a 10-90 % band where the records hold quantiles (else the mean) on a symlog axis
+    (linear within +-10 kT), so a rare 1e5 kT sample cannot flatten it. A dotted line marks the
     start of the energy phase.
     """
     def in_phase(name: str) -> Callable[[Mapping[str, Any]], bool]:
@@ -319,7 +327,11 @@ def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> l
     nll_ml = _series(records, "train_nll", in_phase("ml"))
     nll_energy = _series(records, "train_nll", in_phase("energy"))
     nll_test = _series(records, "test_nll")
-    energy = _series(records, "energy")
+    energy = _series(records, "energy_median_kT")
+    band = [_series(records, key) for key in ("energy_q10_kT", "energy_q90_kT")]
+    energy_label = "median sample energy"
+    if not energy[1].size:  # records without quantiles
+        energy, band, energy_label = _series(records, "energy"), None, "mean sample energy"
     residual = _series(records, "p4inv_residual")
     residual = (residual[0][residual[1] > 0], residual[1][residual[1] > 0])
     extra = [name for name, series in (("energy", energy), ("residual", residual)) if series[1].size]
@@ -340,9 +352,12 @@ def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> l
 
     for ax, name in zip(axes[1:], extra):
         if name == "energy":
-            _plot_noisy(ax, *energy, "C2", "mean sample energy")
-            _robust_ylim(ax, [energy[1]])
+            if band is not None and band[0][1].size == band[1][1].size == energy[1].size:
+                ax.fill_between(energy[0], band[0][1], band[1][1], color="C2", alpha=0.2, lw=0, label="10-90 %")
+            _plot_noisy(ax, *energy, "C2", energy_label)
+            ax.set_yscale("symlog", linthresh=ENERGY_LINTHRESH)
             ax.set_ylabel("sample energy [$k_BT$]")
+            ax.legend(loc="upper right")
         else:
             ax.plot(*residual, ".-", color="C4", ms=3)
             ax.set_yscale("log")

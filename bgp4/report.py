@@ -55,11 +55,14 @@ def _load_samples(run: Path) -> list[tuple[str, dict[str, Any], Any]]:
 
 
 def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "report", seed: int = 0,
-            workers: int = 0) -> dict[str, Any]:
-    """Compare the sampled runs with the MD data; writes figures, metrics.json and report.md to `out`."""
+            workers: int = 0, temperature: float | None = None) -> dict[str, Any]:
+    """Compare the sampled runs with the MD data; writes figures, metrics.json and report.md to `out`.
+
+    `temperature` (K) is needed only for a data file that records none (a plain mdtraj file).
+    """
     from bgp4 import analysis as A
     from bgp4 import plots
-    from bgp4.data import load_trajectory
+    from bgp4.data import load_trajectory, resolve_temperature
     from bgp4.energy import OpenMMEnergy
     from bgp4.molecule import alanine_dipeptide
 
@@ -67,11 +70,11 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
         raise InputError("name at least one run directory to analyze")
     molecule = alanine_dipeptide()
     data = load_trajectory(data_path, n_atoms=molecule.n_atoms)
+    temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
     loaded = [(Path(r), suffix, info, samples) for r in runs for suffix, info, samples in _load_samples(Path(r))]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    temperature = float(data.settings.get("temperature", 600.0))
     kT = molecule.kT(temperature)
     u_md = data.energies / kT
     split = Path(loaded[0][0]) / "split.npz"
@@ -132,12 +135,19 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
     return metrics
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def format_number(value: Any, digits: int = 4) -> str:
+    """A number as a person reads it: floats to `digits` significant digits, None as n/a."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return format_number(value, digits)
+
+
 
 
 def _signed(value: Any) -> str:

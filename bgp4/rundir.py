@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 
+from bgp4._io import atomic_write
 from bgp4.errors import InputError
 
 SETTINGS, METRICS, CHECKPOINT, MODEL, SPLIT, COMPLETE = (
@@ -34,8 +37,13 @@ class RunDirectory:
     def complete(self) -> bool:
         return self.file(COMPLETE).exists()
 
-    def prepare(self, settings: dict[str, Any], overwrite: bool) -> None:
-        """Create the directory, or check that an existing run has the same settings."""
+    def prepare(self, settings: dict[str, Any], overwrite: bool,
+                changed: Callable[[dict[str, Any], dict[str, Any]], list[str]] | None = None) -> None:
+        """Create the directory, or check that an existing run has the same settings.
+
+        changed(previous, current) names the settings that differ (default: every key whose
+        value differs); a run with any of them is refused unless `overwrite`.
+        """
         if overwrite and self.path.is_dir():
             if any(self.path.iterdir()) and not self.file(SETTINGS).exists():
                 raise InputError(f"{self.path} is not a bgp4 run directory; --overwrite only replaces runs")
@@ -45,7 +53,10 @@ class RunDirectory:
         existing = self.file(SETTINGS)
         if existing.exists():
             previous = json.loads(existing.read_text())
-            differ = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
+            if changed is None:
+                differ = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
+            else:
+                differ = changed(previous, settings)
             if differ:
                 raise InputError(
                     f"{self.path} holds a run with other settings ({', '.join(differ)}); "
@@ -64,18 +75,27 @@ class RunDirectory:
         return json.loads(self.file(SETTINGS).read_text())
 
     def write_json(self, name: str, payload: dict[str, Any]) -> None:
-        tmp = self.file(name + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
-        os.replace(tmp, self.file(name))
+        atomic_write(self.file(name), json.dumps(payload, indent=1, sort_keys=True))
 
     def save_torch(self, name: str, payload: Any) -> None:
         """torch.save to a temporary name, then rename: a kill never leaves half a file."""
-        tmp = self.file(name + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, self.file(name))
+        atomic_write(self.file(name), lambda tmp: torch.save(payload, tmp))
+
+    def save_split(self, train: np.ndarray, test: np.ndarray) -> None:
+        """The train/test frame indices, as `split.npz` with arrays `train` and `test`."""
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a name
+                np.savez(f, train=train, test=test)
+
+        atomic_write(self.file(SPLIT), write)
 
     def load_torch(self, name: str, map_location: str | torch.device = "cpu") -> Any:
-        return torch.load(self.file(name), map_location=map_location, weights_only=False)
+        """A file written by `save_torch`: tensors, numbers, strings, lists and dicts only (weights_only)."""
+        try:
+            return torch.load(self.file(name), map_location=map_location, weights_only=True)
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+            raise InputError(f"{self.file(name)} is damaged ({reason}); pass --overwrite to start again") from err
 
     def log(self, record: dict[str, Any]) -> None:
         with open(self.file(METRICS), "a") as f:
@@ -91,6 +111,4 @@ class RunDirectory:
     def truncate_log(self, step: int) -> None:
         """Drop records written after global step `step` (they are redone after a resume)."""
         kept = [r for r in self.records() if r.get("global_step", 0) <= step]
-        tmp = self.file(METRICS + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, self.file(METRICS))
+        atomic_write(self.file(METRICS), "".join(json.dumps(r) + "\n" for r in kept))

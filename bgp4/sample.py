@@ -60,15 +60,18 @@ def latent_batches(bg, s: SampleSettings) -> Iterator[torch.Tensor]:
 
 
 def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings(), out: str | Path | None = None,
-               overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:
+               overwrite: bool = False, progress: bool = True,
+               temperature: float | None = None) -> tuple[dict[str, Any], bool]:
     """Sample a finished training run into `out` (default `<run>/samples.h5`).
 
     Returns (summary, newly_sampled). An existing samples file made with the same settings is
-    kept (the stage is complete); one made with other settings needs `overwrite`.
+    kept (the stage is complete); one made with other settings needs `overwrite`. The weights
+    use the temperature (K) the run recorded; `temperature` is needed only for a run that
+    recorded none, and must agree with it otherwise.
     """
     from tqdm.auto import tqdm
 
-    from bgp4.data import read_settings, write_trajectory
+    from bgp4.data import read_settings, resolve_temperature, write_trajectory
     from bgp4.energy import OpenMMEnergy
     from bgp4.model import load_generator
     from bgp4.molecule import alanine_dipeptide
@@ -92,7 +95,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     bg = load_generator(run.file(MODEL), map_location=device).to(device).eval()
     complete = json.loads(run.file("complete.json").read_text())
     molecule = alanine_dipeptide()
-    temperature = float(complete.get("temperature", 600.0))
+    temperature = resolve_temperature(complete.get("temperature"), temperature, run.file("complete.json"))
     kT = molecule.kT(temperature)
     latents = latent_batches(bg, s)
     chunks: list[dict[str, np.ndarray]] = []
@@ -193,7 +196,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
 
     from tqdm.auto import tqdm
 
-    from bgp4.data import read_settings, write_trajectory
+    from bgp4.data import read_settings, resolve_temperature, write_trajectory
     from bgp4.energy import OpenMMEnergy
     from bgp4.model import load_generator
     from bgp4.molecule import alanine_dipeptide
@@ -228,7 +231,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
         p.requires_grad_(False)  # gradients are wanted in z only
     complete = json.loads(run.file("complete.json").read_text())
     molecule = alanine_dipeptide()
-    temperature = float(complete.get("temperature", 600.0))
+    temperature = resolve_temperature(complete.get("temperature"), None, run.file("complete.json"))
     kT = molecule.kT(temperature)
     betas = schedule(r.levels, r.power)
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bgp4._rng import PrivateRNG
 from bgp4.config import MODELS, TrainSettings  # noqa: F401 - TrainSettings is part of this API
-from bgp4.data import TrajectoryData, load_trajectory
+from bgp4.data import TrajectoryData, file_fingerprint, load_trajectory, resolve_temperature
 from bgp4.errors import InputError
-from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, SPLIT, RunDirectory
+from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory
 
 LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
 TEST_FRAMES = 10_000  # held-out frames scored at each evaluation
@@ -50,18 +51,22 @@ class Trainer:
         self.s, self.run = settings, run
         self.device = resolve_device(settings.device)
         train_idx, test_idx = train_test_split(data.n_frames, settings.test_fraction, settings.seed)
-        np.savez(run.file(SPLIT), train=train_idx, test=test_idx)
-        self.temperature = float(data.settings.get("temperature", 600.0))
-        torch.manual_seed(settings.seed)
-        self.bg = build_generator(
-            settings.model, data=data.xyz[train_idx], blocks=settings.blocks, hidden=settings.hidden,
-            fix_constrained=settings.fix_constrained, bins=settings.bins,
-        ).to(self.device)
+        run.save_split(train_idx, test_idx)
+        self.temperature = resolve_temperature(data.settings.get("temperature"), settings.temperature, settings.data)
+        # initialization and P4Inv's redraws of v use torch's global generators: give them a
+        # private stream, so the caller's generators stay untouched and a resume stays exact
+        self.rng = PrivateRNG(settings.seed, self.device)
+        with self.rng:
+            self.bg = build_generator(
+                settings.model, data=data.xyz[train_idx], blocks=settings.blocks, hidden=settings.hidden,
+                fix_constrained=settings.fix_constrained, bins=settings.bins,
+            ).to(self.device)
         # the coordinate transform is fixed, so frames are mapped to flow coordinates once
         self.train_y = self._flow_coordinates(data.xyz[train_idx])
         test_pick = np.random.default_rng(settings.seed).permutation(test_idx.size)[:TEST_FRAMES]
         self.test_y = self._flow_coordinates(data.xyz[test_idx[np.sort(test_pick)]])
         self.batch_gen = torch.Generator().manual_seed(settings.seed + 1)
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(settings.seed + 2)  # energy-phase samples
         self.step = 0
         self.skipped = 0
         self.energy_evaluations = 0  # OpenMM energy+force calls spent on training
@@ -99,9 +104,9 @@ class Trainer:
         self.run.save_torch(CHECKPOINT, {
             "step": self.step, "skipped": self.skipped, "wall": self.wall, "energy_evaluations": self.energy_evaluations,
             "model": self.bg.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "batch_rng": self.batch_gen.get_state(), "interval": self.interval,
+            "scheduler": self.scheduler.state_dict(), "rng": self.rng.state_dict(),
+            "batch_rng": self.batch_gen.get_state(), "sample_rng": self.sample_gen.get_state(),
+            "interval": self.interval,
         })
 
     def restore(self) -> bool:
@@ -116,10 +121,10 @@ class Trainer:
         self._make_optimizer()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"].cpu())
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+        self.rng.load_state_dict(state["rng"] if "rng" in state else {"cpu": state["torch_rng"]})  # or older
         self.batch_gen.set_state(state["batch_rng"].cpu())
+        if "sample_rng" in state:
+            self.sample_gen.set_state(state["sample_rng"].cpu())
         self.run.truncate_log(self.step)
         return True
 
@@ -172,22 +177,10 @@ class Trainer:
         nll = self.batch_nll(self.train_y[0][idx], self.train_y[1][idx]).mean()
         if self.phase == "ml":
             return nll, {"train_nll": float(nll.detach())}
-        from bgp4.energy import regularize_energy
-
-        x, log_q, ok, _ = self.bg.sample(self.s.batch)
+        x, log_q, ok, _ = self.bg.sample(self.s.batch, generator=self.sample_gen)
         raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
         self.energy_evaluations += int(x.shape[0])
-        u = regularize_energy(raw)
-        # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
-        kl = (u + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
-        w_l = 1.0 / (1.0 + self.s.energy_weight)
-        loss = w_l * nll + (1.0 - w_l) * kl
-        finite_u = raw[ok & torch.isfinite(raw)]
-        return loss, {
-            "train_nll": float(nll.detach()), "reverse_kl": float(kl.detach()),
-            "energy_kT": float(finite_u.detach().mean()) if finite_u.numel() else math.nan,
-            "out_of_domain": float((~ok).float().mean()),
-        }
+        return energy_phase_loss(nll, raw, log_q, ok, self.s.energy_weight)
 
     def learning_rate(self) -> float:
         """The learning rate of the current step: constant, or cosine decay to 1 % over the likelihood phase."""
@@ -215,7 +208,8 @@ class Trainer:
             self.skipped += 1
             return None
         self.optimizer.step()
-        self.scheduler.step()
+        with self.rng:  # a P4Inv merge redraws v
+            self.scheduler.step()
         return info
 
     def _record(self, interval: list[dict[str, float]], test: bool) -> dict[str, Any]:
@@ -316,6 +310,29 @@ def weights_defined(bg) -> dict[str, Any]:
     return {"weights_defined": False, "weights_note": (
         f"{len(left)} constrained bond(s) ({pairs}) are flow dimensions: the MD keeps them constant, so p/q is "
         "unbounded along them and reverse ESS and reweighted figures are not defined (train with --fix-constrained)")}
+def energy_phase_loss(nll: torch.Tensor, u: torch.Tensor, log_q: torch.Tensor, ok: torch.Tensor,
+                      energy_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The energy phase's loss w_l * NLL + w_e * KL, with w_e / w_l = `energy_weight`, w_l + w_e = 1.
+
+    nll: mean NLL of a data batch (0-dim, nats); u (B,): energies of flow samples in kT (+inf
+    where OpenMM could not evaluate), regularized here; log_q (B,) nats; ok (B,) bool: in the
+    internal-coordinate domain. KL = mean of u + log q over the in-domain samples only (elsewhere
+    log q is wrong); 0 when there are none. Returns the loss and what the metrics log records
+    (energy mean and 10/50/90 % quantiles over finite in-domain samples, in kT).
+    """
+    from bgp4.energy import regularize_energy
+
+    # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
+    kl = (regularize_energy(u) + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
+    w_l = 1.0 / (1.0 + energy_weight)
+    loss = w_l * nll + (1.0 - w_l) * kl
+    finite_u = u.detach()[ok & torch.isfinite(u)].double()
+    info = {"train_nll": float(nll.detach()), "reverse_kl": float(kl.detach()),
+            "energy_kT": float(finite_u.mean()) if finite_u.numel() else math.nan,
+            "out_of_domain": float((~ok).float().mean())}
+    quantiles = torch.quantile(finite_u, finite_u.new_tensor([0.1, 0.5, 0.9])).tolist() if finite_u.numel() else [math.nan] * 3
+    info.update(zip(("energy_q10_kT", "energy_median_kT", "energy_q90_kT"), quantiles))
+    return loss, info
 
 
 def grad_norm(parameters) -> torch.Tensor:
@@ -351,24 +368,56 @@ class _StopRequest:
             signal.signal(sig, handler)
 
 
+#: Settings that do not change what a run computes: a run resumes, or is complete, whatever they are.
+#: The data file counts by content (`data_fingerprint`), so a moved or copied file is the same data.
+RESULT_NEUTRAL = ("data", "workers", "checkpoint_minutes")
+
+
+def _settings_record(s: TrainSettings) -> dict[str, Any]:
+    """The run's settings as stored in settings.json, with the data file's fingerprint."""
+    import json
+
+    record = json.loads(json.dumps(asdict(s)))
+    record["data_fingerprint"] = file_fingerprint(s.data) if Path(s.data).is_file() else None
+    return record
+
+
+def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Names of the settings that differ between two settings records in a way that changes the
+    result. Where a data fingerprint is missing (data file gone, or a run recorded before
+    fingerprints), the data file's path decides."""
+    ignored = set(RESULT_NEUTRAL) | {"data_fingerprint"}
+    differ = sorted(k for k in set(previous) | set(current) if k not in ignored and previous.get(k) != current.get(k))
+    old, new = previous.get("data_fingerprint"), current.get("data_fingerprint")
+    if (old != new) if (old and new) else (previous.get("data") != current.get("data")):
+        differ.insert(0, "data")
+    return differ
+
+
 def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:
     """Train (or resume, or find complete) the run in `out`; returns (summary, newly_trained)."""
     import json
 
     s = settings.validated()
     run = RunDirectory(out)
+    record = _settings_record(s)
     if run.complete and not overwrite:
-        if run.settings() != json.loads(json.dumps(asdict(s))):
-            raise InputError(f"{run.path} holds a finished run with other settings; use another --out or --overwrite")
+        differ = changed_settings(run.settings(), record)
+        if differ:
+            raise InputError(
+                f"{run.path} holds a finished run with other settings ({', '.join(differ)}); "
+                "use another --out or --overwrite"
+            )
         return json.loads(run.file(COMPLETE).read_text()), False
     resolve_device(s.device)
     data = load_trajectory(s.data, n_atoms=22)
+    resolve_temperature(data.settings.get("temperature"), s.temperature, s.data)  # refuse before any work
     n_test = int(round(data.n_frames * s.test_fraction))
     if n_test < 1:
         raise InputError(f"--test-fraction {s.test_fraction} leaves no test frames out of {data.n_frames}")
     n_train = data.n_frames - n_test
     if n_train < s.batch:
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
-    run.prepare(json.loads(json.dumps(asdict(s))), overwrite)
+    run.prepare(record, overwrite, changed=changed_settings)
     trainer = Trainer(s, run, data)
     return trainer.fit(progress=progress), True

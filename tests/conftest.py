@@ -1,5 +1,7 @@
-"""Shared fixtures: the molecule and a short real 600 K MD trajectory (plain OpenMM)."""
+"""Shared fixtures: the molecule, a short real 600 K MD trajectory (plain OpenMM), the CLI in-process."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import openmm
@@ -30,3 +32,22 @@ def md_frames(molecule):
         frames.append(state.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer))
         energies.append(state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole))
     return np.asarray(frames, dtype=np.float64), np.asarray(energies, dtype=np.float64)
+
+
+@pytest.fixture
+def cli():
+    """Run `bgp4 ARGS` in this process (no interpreter start-up); returns returncode, stdout, stderr.
+
+    An exception the CLI let through (what a user would see as a traceback) fails the test.
+    """
+    from typer.testing import CliRunner
+
+    from bgp4.cli import app
+
+    def run(*args: str) -> SimpleNamespace:
+        result = CliRunner().invoke(app, [str(a) for a in args])
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+    return run

@@ -68,6 +68,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_gives_exact_frames(tmp_path):
     out = tmp_path / "run.h5"
     args = ("simulate", "--out", str(out), "--frames", "30000", "--replicas", "2", "--equilibration-ps", "1", "--quiet")
@@ -133,3 +134,37 @@ def test_unwritable_path_is_refused(tmp_path):
     blocker.write_text("x")
     with pytest.raises(InputError):
         simulate(blocker / "sub" / "x.h5", MDSettings(frames=5), progress=False)
+
+
+def test_finished_file_is_complete_with_the_same_settings_and_refused_with_others(short_run, cli):
+    from dataclasses import replace
+
+    from bgp4.md import completed
+
+    out, settings = short_run
+    stamp = out.stat().st_mtime_ns
+    assert completed(out, settings)
+    assert completed(out, replace(settings, replicas=0))  # one per core: whatever the cores were
+    assert simulate(out, settings, progress=False) == out and out.stat().st_mtime_ns == stamp
+    with pytest.raises(InputError, match=r"other settings \(temperature\).*--overwrite.*another --out"):
+        completed(out, replace(settings, temperature=300.0))
+    args = ["simulate", "--out", str(out), "--frames", "1501", "--equilibration-ps", "2", "--replicas", "2", "--seed", "7"]
+    result = cli(*args)
+    assert result.returncode == 0 and "already complete" in result.stdout
+    result = cli(*args, "--seed", "8")
+    assert result.returncode == 2 and "other settings (seed)" in result.stderr and "--overwrite" in result.stderr
+    assert out.stat().st_mtime_ns == stamp
+
+
+def test_partial_run_keeps_its_replica_count_when_replicas_are_automatic(tmp_path):
+    from bgp4.md import _prepare, _settings_record
+
+    out = tmp_path / "p.h5"
+    work = tmp_path / "p.h5.partial"
+    work.mkdir()
+    started = MDSettings(frames=10, replicas=3).resolved()  # begun on a machine with 3 cores
+    (work / "settings.json").write_text(json.dumps(_settings_record(started)))
+    _, resumed = _prepare(out, MDSettings(frames=10, replicas=0).resolved(), overwrite=False, auto_replicas=True)
+    assert resumed.replicas == 3 and resumed.seeds() == started.seeds()
+    with pytest.raises(InputError, match=r"other settings \(replicas\)"):
+        _prepare(out, MDSettings(frames=10, replicas=2).resolved(), overwrite=False, auto_replicas=False)

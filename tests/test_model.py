@@ -152,3 +152,18 @@ def test_bad_kind(molecule):
         build_generator("glow", molecule=molecule)
     with pytest.raises(InputError):
         build_generator("rnvp", blocks=-1, molecule=molecule)
+
+
+def test_damaged_model_file_is_refused_cleanly(frames, molecule, tmp_path):
+    path = tmp_path / "model.pt"
+    build_generator("rnvp", frames, blocks=1, molecule=molecule).save(path)
+    payload = path.read_bytes()
+    damaged = {"truncated.pt": payload[: len(payload) // 2], "garbage.pt": b"\x80\x02 not a model",
+               "empty.pt": b""}
+    for name, content in damaged.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(InputError, match="is not a bgp4 model file"):
+            load_generator(tmp_path / name)
+    torch.save({"something": torch.zeros(3)}, tmp_path / "other.pt")  # a torch file, not a model
+    with pytest.raises(InputError, match="is not a bgp4 model file"):
+        load_generator(tmp_path / "other.pt")

@@ -217,6 +217,7 @@ def test_scheduler_counts_schedule_and_state_dict_round_trip():
         P4InvScheduler(layer, None, merge_every=0)
 
 
+@pytest.mark.slow
 def test_reaches_negative_identity_through_det_zero_without_penalty():
     torch.manual_seed(10)
     dim = 5
@@ -344,5 +345,7 @@ def test_linear_problems_script_smoke(tmp_path):
     for name in ("posdef_loss", "posdef_eigenvalues", "orthogonal_eigenvalues", "negeye_det_residual"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0
     assert (tmp_path / "summary.json").exists()
-    assert summary["negeye_inverse_recovered"] in (True, False)
+    # the stored inverse and the tracked log|det| stay exact through the merges of the -I problem
+    assert summary["negeye_inverse_recovered"] is True and summary["negeye_peak_residual"] < 1e-5
+    assert abs(summary["negeye_tracked_logdet_error"]) < 1e-4
     assert summary["posdef"]["P4Inv N=10"]["schedule"]["accepted"] > 0

@@ -1,4 +1,4 @@
-"""The figure functions write non-empty PNG and PDF files and survive awkward data."""
+"""The figure functions write PNG and PDF files, show what their data say, and survive awkward data."""
 from __future__ import annotations
 
 import matplotlib
@@ -21,13 +21,32 @@ def _check_written(paths, stem):
     assert paths[1].read_bytes()[:5] == b"%PDF-"
 
 
+@pytest.fixture
+def drawn(monkeypatch):
+    """The Figure objects the figure functions save, in order (to check what they show)."""
+    figures = []
+    save = plots._save
+
+    def keep(fig, path):
+        figures.append(fig)
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figures
+
+
+def _panels(fig):
+    """The visible data axes of a figure (colorbars have no title)."""
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+
+
 def _angles(n, centre):
     phi = np.angle(np.exp(1j * (centre[0] + 0.4 * RNG.standard_normal(n))))
     psi = np.angle(np.exp(1j * (centre[1] + 0.4 * RNG.standard_normal(n))))
     return phi, psi
 
 
-def test_energy_violins(tmp_path):
+def test_energy_violins(tmp_path, drawn):
     md = RNG.normal(-20.0, 4.0, 500)
     model = RNG.normal(-17.0, 5.0, 400)
     model[:5] = [np.inf, np.nan, 1e9, -np.inf, 1e30]
@@ -38,6 +57,15 @@ def test_energy_violins(tmp_path):
     stem = tmp_path / "energies"
     paths = plots.energy_violins(columns, fractions, stem, threshold=threshold)
     _check_written(paths, stem)
+    (ax,) = drawn[0].axes
+    # each column's annotation shows its low-energy fraction, in column order
+    notes = [t.get_text() for t in ax.texts]
+    assert notes[0].startswith(f"low-E {fractions['MD data']:.2%}") and "no samples" in notes[3]
+    assert "off-scale" in notes[2]  # the model's inf, nan and 1e9 / 1e30 values
+    # the median marks sit at each column's median (violins are drawn only where there is a density)
+    medians = [c for c in ax.collections if type(c).__name__ == "LineCollection"]
+    assert [float(m.get_segments()[0][0, 1]) for m in medians[:2]] == pytest.approx(
+        [np.median(md), np.median(md + 13.0)], abs=1e-9)
     # An explicit clip and a ".png" path work too.
     paths = plots.energy_violins(columns, fractions, tmp_path / "clipped.png", clip=(-40.0, 10.0))
     _check_written(paths, tmp_path / "clipped")
@@ -47,7 +75,7 @@ def test_energy_violins(tmp_path):
         plots.energy_violins(columns, fractions, tmp_path / "bad", clip=(1.0, 1.0))
 
 
-def test_ramachandran_panels(tmp_path):
+def test_ramachandran_panels(tmp_path, drawn):
     md = _angles(2000, (-2.0, 2.5))
     model = _angles(1000, (-1.5, -0.5))
     weights = analysis.normalized_weights(RNG.normal(0.0, 3.0, 1000))
@@ -56,12 +84,26 @@ def test_ramachandran_panels(tmp_path):
               "NaN angles": (np.full(5, np.nan), np.full(5, np.nan), None)}
     stem = tmp_path / "sub" / "rama"
     _check_written(plots.ramachandran_panels(panels, stem, bins=32), stem)
+    axes = _panels(drawn[0])
+    assert len(axes) == len(panels) and all(ax.get_title().startswith(label) for ax, label in zip(axes, panels))
+    # five panels on a balanced grid: 3 + 2, not 4 + 1
+    rows = sorted({round(ax.get_position().y0, 3) for ax in axes}, reverse=True)
+    assert [sum(round(ax.get_position().y0, 3) == y for ax in axes) for y in rows] == [3, 2]
+    # orientation: phi along x, psi along y; the MD basin at (-2.0, 2.5) and the model's at
+    # (-1.5, -0.5) are where their densities peak
+    for ax, (phi0, psi0) in zip(axes, [(-2.0, 2.5), (-1.5, -0.5)]):
+        mesh = ax.collections[0]
+        density = mesh.get_array().reshape(32, 32)  # rows: psi, columns: phi
+        corners = mesh.get_coordinates()  # (33, 33, 2) x (phi), y (psi) of the bin corners
+        row, col = np.unravel_index(np.argmax(density), density.shape)
+        assert corners[row, col, 0] <= phi0 + 0.4 and corners[row, col + 1, 0] >= phi0 - 0.4
+        assert corners[row, col, 1] <= psi0 + 0.4 and corners[row + 1, col, 1] >= psi0 - 0.4
     # Nothing at all to show still gives a figure.
     empty = {"MD": (np.zeros(0), np.zeros(0), None)}
     _check_written(plots.ramachandran_panels(empty, tmp_path / "empty"), tmp_path / "empty")
 
 
-def test_free_energy_phi(tmp_path):
+def test_free_energy_phi(tmp_path, drawn):
     md_phi, _ = _angles(3000, (-2.0, 0.0))
     model_phi, _ = _angles(500, (-1.0, 0.0))
     weights = analysis.normalized_weights(RNG.normal(size=500))
@@ -72,11 +114,18 @@ def test_free_energy_phi(tmp_path):
     curves["with inf"] = (centers, np.where(np.isnan(free), np.inf, free))
     stem = tmp_path / "free_energy"
     _check_written(plots.free_energy_phi(curves, stem), stem)
+    (ax,) = drawn[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines) == list(curves)
+    x, y = lines["MD"].get_data()
+    assert abs(x[np.nanargmin(y)] - (-2.0)) < 0.3  # the minimum of F sits in the basin
+    assert lines["RNVP reweighted"].get_linestyle() == "--"
+    assert lines["RNVP reweighted"].get_color() == lines["RNVP"].get_color()
     with pytest.raises(InputError, match="centers"):
         plots.free_energy_phi({"bad": (np.zeros(3), np.zeros(4))}, tmp_path / "bad")
 
 
-def test_training_curves(tmp_path):
+def test_training_curves(tmp_path, drawn):
     records = []
     for step in range(0, 600):
         row = {"step": step, "phase": "ml" if step < 500 else "energy", "train_nll": 300.0 * np.exp(-step / 50) - 50}
@@ -84,12 +133,26 @@ def test_training_curves(tmp_path):
             row["test_nll"] = row["train_nll"] + 1.0
             row["p4inv_residual"] = 10.0 ** (-6 - step / 300)
         if step >= 500:
-            row["energy"] = -10.0 + RNG.normal()
+            median = -3.0 + 0.1 * RNG.normal()
+            row.update(energy=median + 2.0, energy_median_kT=median, energy_q10_kT=median - 2.0,
+                       energy_q90_kT=median + 5.0)
         records.append(row)
+    records[550]["energy"] = 1e5  # one batch with a wild sample: its mean explodes, its median does not
     records.append({"step": 600, "train_nll": None, "test_nll": "n/a", "energy": float("nan")})
     records.append({"note": "no step or numbers at all"})
     stem = tmp_path / "training"
     _check_written(plots.training_curves(records, stem), stem)
+    nll_ax, energy_ax, residual_ax = [ax for ax in drawn[0].axes if ax.get_visible()]
+    assert energy_ax.get_yscale() == "symlog" and residual_ax.get_yscale() == "log"
+    medians = [r["energy_median_kT"] for r in records if "energy_median_kT" in r]
+    plotted = energy_ax.get_lines()[0].get_ydata()  # the raw series, under its running mean
+    assert np.allclose(plotted, medians)
+    low, high = energy_ax.get_ylim()
+    assert low < -5.0 and high < 100.0  # the 1e5 kT mean does not set the scale
+    # records with the mean only (older runs) still give an energy panel
+    drawn.clear()
+    plots.training_curves([{"step": s, "energy": float(s)} for s in range(5)], tmp_path / "mean")
+    assert [line.get_label() for line in drawn[0].axes[1].get_lines()][-1] == "mean sample energy"
     # Only a likelihood column, or nothing at all.
     _check_written(plots.training_curves([{"train_nll": 1.0}, {"train_nll": 0.5}], tmp_path / "nll"), tmp_path / "nll")
     _check_written(plots.training_curves([], tmp_path / "blank"), tmp_path / "blank")

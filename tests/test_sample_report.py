@@ -126,16 +126,12 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     assert PREDATES_CHECK in report
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-
-
-def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp_path):
+def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp_path, cli):
     data, run = trained_run
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "settings.json").write_text("{}")
-    result = _cli("analyze", str(empty), "--data", str(data), "--out", str(tmp_path / "r"), cwd=tmp_path)
+    result = cli("analyze", str(empty), "--data", str(data), "--out", str(tmp_path / "r"))
     assert result.returncode == 2 and "no samples" in result.stderr and "Traceback" not in result.stderr
     water = tmp_path / "water.h5"
     top = mdtraj.Topology()
@@ -143,15 +139,16 @@ def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp
     for name in ("O", "H1", "H2"):
         top.add_atom(name, mdtraj.element.get_by_symbol(name[0]), residue)
     mdtraj.Trajectory(np.zeros((5, 3, 3), dtype=np.float32), top).save_hdf5(str(water))
-    result = _cli("analyze", str(run), "--data", str(water), "--out", str(tmp_path / "r"), cwd=tmp_path)
+    result = cli("analyze", str(run), "--data", str(water), "--out", str(tmp_path / "r"))
     assert result.returncode == 2 and "atoms" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_sample_refuses_unfinished_run(tmp_path):
-    result = _cli("sample", str(tmp_path / "nothing"), cwd=tmp_path)
+def test_sample_refuses_unfinished_run(tmp_path, cli):
+    result = cli("sample", str(tmp_path / "nothing"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_pipeline_runs_and_skips_complete_stages(tmp_path, monkeypatch):
     from bgp4 import pipeline
 
@@ -166,3 +163,46 @@ def test_pipeline_runs_and_skips_complete_stages(tmp_path, monkeypatch):
     said.clear()
     pipeline.run_pipeline("tiny", tmp_path / "out", progress=False, say=said.append)
     assert sum("skipped" in line for line in said) == 5, said
+
+
+def test_sample_and_analyze_commands_succeed(trained_run, tmp_path, cli):
+    import re
+
+    data, run = trained_run
+    out = tmp_path / "s.h5"
+    args = ("sample", run, "--n", "40", "--batch", "40", "--workers", "1", "--seed", "2", "--out", out, "--quiet")
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("40 samples:") and load_trajectory(out).n_frames == 40
+    # numbers a person reads: at most 4 significant digits
+    assert re.search(r"mean energy -?\d[\d.]{0,4}(e[+-]\d+)? kT", result.stdout), result.stdout
+    rerun = cli(*args)
+    assert rerun.returncode == 0 and rerun.stdout == result.stdout  # complete: the same summary, no work
+    report = tmp_path / "report"
+    result = cli("analyze", run, "--data", data, "--out", report, "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert f"report written to {report / 'report.md'}" in result.stdout
+    metrics = json.loads((report / "metrics.json").read_text())
+    assert metrics["temperature_K"] == 600.0 and metrics["models"]["p4inv"]["n_samples"] == 600
+
+
+def test_temperature_must_be_known_to_sample_and_analyze(trained_run, tmp_path):
+    import shutil
+
+    data, run = trained_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    complete = json.loads((copy / "complete.json").read_text())
+    del complete["temperature"]
+    (copy / "complete.json").write_text(json.dumps(complete))
+    settings = SampleSettings(n=20, batch=20, workers=1)
+    with pytest.raises(InputError, match="records no temperature; pass --temperature"):
+        sample_run(copy, settings, out=tmp_path / "a.h5", progress=False)
+    summary, _ = sample_run(copy, settings, out=tmp_path / "a.h5", progress=False, temperature=600.0)
+    assert summary["samples"] == 20
+    with pytest.raises(InputError, match="records 600 K, but --temperature says 500 K"):
+        sample_run(run, settings, out=tmp_path / "b.h5", progress=False, temperature=500.0)
+    plain = tmp_path / "plain.h5"
+    mdtraj.load(str(data)).save_hdf5(str(plain))  # frames only, no bgp4 settings
+    with pytest.raises(InputError, match="records no temperature; pass --temperature"):
+        analyze(plain, [run], tmp_path / "report", workers=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import mdtraj
@@ -26,6 +27,7 @@ def md_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["rnvp", "p4inv", "spline"])
 def test_short_training_lowers_test_nll(md_file, tmp_path, model):
     settings = TrainSettings(data=str(md_file), model=model, merge_every=10, correct_every=2, **TINY)
@@ -50,6 +52,7 @@ def test_short_training_lowers_test_nll(md_file, tmp_path, model):
         assert summary["p4inv_max_residual"] < 1e-4
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_equals_unbroken_run(md_file, tmp_path, monkeypatch):
     settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=5, checkpoint_minutes=1e-9,
                              **{**TINY, "steps": 30, "energy_steps": 6, "eval_every": 10})
@@ -67,7 +70,11 @@ def test_resume_after_interruption_equals_unbroken_run(md_file, tmp_path, monkey
         train(settings, tmp_path / "broken", progress=False)
     monkeypatch.setattr(Trainer, "_train_step", original)
     assert not RunDirectory(tmp_path / "broken").complete
-    train(settings, tmp_path / "broken", progress=False)
+    # settings that do not change the result may differ on resume: the data file's path, workers,
+    # the checkpoint interval
+    copy = tmp_path / "copy.h5"
+    copy.write_bytes(md_file.read_bytes())
+    train(replace(settings, data=str(copy), workers=2, checkpoint_minutes=2e-9), tmp_path / "broken", progress=False)
 
     a = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=True)["state_dict"]
     b = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["state_dict"]
@@ -82,21 +89,21 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def test_config_file_and_flags_combine_and_rerun_is_complete(md_file, tmp_path):
+def test_config_file_and_flags_combine_and_rerun_is_complete(md_file, tmp_path, cli):
     config = tmp_path / "run.toml"
     config.write_text('model = "rnvp"\nsteps = 20\nenergy-steps = 0\nblocks = 1\nhidden = 8\nbatch = 128\nlr = 0.002\n')
     out = tmp_path / "run"
     args = ("train", "--data", str(md_file), "--out", str(out), "--config", str(config), "--batch", "32", "--quiet")
-    first = _cli(*args, cwd=tmp_path)
+    first = cli(*args)
     assert first.returncode == 0, first.stderr
     stored = json.loads((out / "settings.json").read_text())
     assert (stored["model"], stored["steps"], stored["batch"], stored["lr"], stored["energy_steps"]) == ("rnvp", 20, 32, 0.002, 0)
     assert stored["merge_every"] == 100  # untouched default
-    again = _cli(*args, cwd=tmp_path)
+    again = cli(*args)
     assert again.returncode == 0 and "already complete" in again.stdout
 
 
-def _one_line_error(result: subprocess.CompletedProcess, code: int = 2) -> str:
+def _one_line_error(result, code: int = 2) -> str:
     assert result.returncode == code, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
@@ -104,7 +111,7 @@ def _one_line_error(result: subprocess.CompletedProcess, code: int = 2) -> str:
     return lines[0]
 
 
-def test_bad_inputs_are_refused_cleanly(md_file, tmp_path):
+def test_bad_inputs_are_refused_cleanly(md_file, tmp_path, cli):
     garbage = tmp_path / "garbage.h5"
     garbage.write_bytes(b"not an hdf5 file")
     small = tmp_path / "three_atoms.h5"
@@ -125,7 +132,7 @@ def test_bad_inputs_are_refused_cleanly(md_file, tmp_path):
         (["--data", str(md_file), "--test-fraction", "0.0001"], "no test frames"),
     ]
     for args, message in cases:
-        line = _one_line_error(_cli("train", "--out", str(tmp_path / "bad"), *args, "--quiet", cwd=tmp_path))
+        line = _one_line_error(cli("train", "--out", str(tmp_path / "bad"), *args, "--quiet"))
         assert message in line, line
 
 
@@ -138,17 +145,32 @@ def test_settings_validation():
         TrainSettings(compile="yes").validated()
 
 
+def _cxx_compiler() -> str | None:
+    import os
+    import shutil
+
+    return next((c for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c and shutil.which(c)), None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_cxx_compiler() is None, reason="torch.compile on CPU needs a C++ compiler; none on PATH")
 def test_compiled_likelihood_matches_eager_through_p4inv_merges(md_file, tmp_path):
     """The compiled training loss reads the P4Inv buffers that merges change in place."""
+    from torch._dynamo.utils import counters
+
     from bgp4.data import load_trajectory
 
     settings = TrainSettings(data=str(md_file), model="p4inv", compile="on", merge_every=2, **TINY).validated()
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
     trainer = Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    graphs, autograd = counters["stats"]["unique_graphs"], counters["aot_autograd"]["ok"]
+    breaks = sum(counters["graph_break"].values())
     trainer._compile(progress=False)
-    if not trainer.compiled:
-        pytest.skip("torch.compile is not available on this machine")
+    # with a compiler at hand compiling must work, and really go through dynamo and AOT autograd
+    assert trainer.compiled, f"torch.compile failed although {_cxx_compiler()} is on PATH"
+    assert counters["stats"]["unique_graphs"] > graphs and counters["aot_autograd"]["ok"] > autograd
+    assert sum(counters["graph_break"].values()) == breaks  # no silent fallback to eager inside it
     y, ld = trainer.train_y[0][:64], trainer.train_y[1][:64]
     for _ in range(6):  # three merges: A, A_inv and log|det A| change under the compiled graph
         trainer._train_step(None)
@@ -187,6 +209,7 @@ def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
     assert not trainer.compiled and trainer.batch_nll == trainer._nll
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
     import signal
     import time
@@ -202,7 +225,7 @@ def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
-    saved = torch.load(out / "checkpoint.pt", weights_only=False)["step"]
+    saved = torch.load(out / "checkpoint.pt", weights_only=True)["step"]
     assert 0 < saved < 800
     assert all(r["global_step"] <= saved for r in RunDirectory(out).records())
     resumed = _cli("train", "--out", str(out), *args, cwd=tmp_path)
@@ -214,10 +237,122 @@ def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_overwrite_refuses_a_directory_that_is_not_a_run(md_file, tmp_path):
+def test_overwrite_refuses_a_directory_that_is_not_a_run(md_file, tmp_path, cli):
     precious = tmp_path / "notes"
     precious.mkdir()
     (precious / "thesis.tex").write_text("keep me")
-    result = _cli("train", "--data", str(md_file), "--out", str(precious), "--overwrite", "--quiet", cwd=tmp_path)
+    result = cli("train", "--data", str(md_file), "--out", str(precious), "--overwrite", "--quiet")
     assert "not a bgp4 run directory" in _one_line_error(result)
     assert (precious / "thesis.tex").read_text() == "keep me"
+
+
+# ------------------------------------------------------------------ the energy-phase loss
+def test_energy_phase_loss_weights_and_masks_out_of_domain_samples():
+    from bgp4.energy import regularize_energy
+    from bgp4.train import energy_phase_loss
+
+    nll = torch.tensor(3.0, requires_grad=True)
+    u = torch.tensor([1.0, 2.0, 5e3, float("inf"), -7.0])  # kT: one above the soft cap, one unevaluable
+    log_q = torch.tensor([0.5, -1.0, 2.0, 0.0, 100.0], requires_grad=True)
+    ok = torch.tensor([True, True, True, True, False])  # the last sample left the IC domain
+    loss, info = energy_phase_loss(nll, u, log_q, ok, energy_weight=0.25)
+    kl = (regularize_energy(u[:4]) + log_q[:4]).mean()
+    assert loss.item() == pytest.approx(0.8 * 3.0 + 0.2 * kl.item())  # w_l = 1/(1+r), w_e = r/(1+r)
+    assert info["reverse_kl"] == pytest.approx(float(kl)) and info["train_nll"] == 3.0
+    assert info["out_of_domain"] == pytest.approx(0.2)
+    # energy statistics: finite in-domain samples only (1, 2, 5000 kT)
+    assert info["energy_kT"] == pytest.approx((1.0 + 2.0 + 5e3) / 3)
+    assert info["energy_median_kT"] == pytest.approx(2.0)
+    loss.backward()
+    assert log_q.grad[4] == 0.0 and torch.allclose(log_q.grad[:4], torch.full((4,), 0.2 / 4))
+    assert nll.grad.item() == pytest.approx(0.8)
+    # the out-of-domain sample does not count, whatever its numbers
+    moved = energy_phase_loss(nll, u, torch.tensor([0.5, -1.0, 2.0, 0.0, -1e6]), ok, 0.25)[0]
+    assert moved.item() == pytest.approx(loss.item())
+    # no in-domain sample: the likelihood term alone; weight 0: the NLL
+    none_ok = energy_phase_loss(nll, u, log_q, torch.zeros(5, dtype=torch.bool), 0.25)
+    assert none_ok[0].item() == pytest.approx(0.8 * 3.0) and np.isnan(none_ok[1]["energy_kT"])
+    assert energy_phase_loss(nll, u, log_q, ok, 0.0)[0].item() == pytest.approx(3.0)
+
+
+def _tiny_trainer(md_file, tmp_path, **overrides):
+    from bgp4.data import load_trajectory
+
+    settings = TrainSettings(data=str(md_file), **{**TINY, "blocks": 1, "hidden": 8, "compile": "off", **overrides}).validated()
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    return Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+
+
+def test_non_finite_loss_or_gradient_skips_the_step(md_file, tmp_path):
+    trainer = _tiny_trainer(md_file, tmp_path, model="p4inv")
+    before = {k: v.clone() for k, v in trainer.bg.state_dict().items()}
+    first = next(trainer.bg.parameters())
+    nll = trainer.batch_nll
+    # finite loss, NaN gradient: d sqrt(x)/dx at 0 is inf, times 0
+    trainer.batch_nll = lambda y, ld: nll(y, ld) + torch.sqrt(first.sum() * 0.0)
+    assert trainer._train_step(None) is None and trainer.skipped == 1
+    trainer.batch_nll = lambda y, ld: nll(y, ld) + float("inf")  # non-finite loss
+    assert trainer._train_step(None) is None and trainer.skipped == 2
+    after = trainer.bg.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # nothing was applied
+    assert not trainer.optimizer.state and trainer.scheduler.steps == 0  # Adam and P4Inv did not advance
+    assert all(p.grad is None for p in trainer.bg.parameters())
+    trainer.batch_nll = nll
+    assert trainer._train_step(None) is not None and trainer.scheduler.steps == 1
+
+
+def test_training_leaves_the_callers_random_generator_alone(md_file, tmp_path):
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=2,
+                             **{**TINY, "steps": 8, "energy_steps": 0, "blocks": 1, "hidden": 8})
+    train(settings, tmp_path / "run", progress=False)
+    assert torch.equal(torch.rand(3), expected)
+
+
+# ------------------------------------------------------------------ resuming and rerunning
+def test_rerun_ignores_workers_checkpoint_interval_and_data_path_but_not_results(md_file, tmp_path):
+    import shutil
+
+    from bgp4.data import load_trajectory, write_trajectory
+
+    settings = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 10, "energy_steps": 0, "blocks": 1})
+    train(settings, tmp_path / "run", progress=False)
+    moved = tmp_path / "elsewhere" / "same.h5"
+    moved.parent.mkdir()
+    shutil.copy(md_file, moved)
+    same = replace(settings, data=str(moved), workers=2, checkpoint_minutes=30.0)
+    summary, trained = train(same, tmp_path / "run", progress=False)
+    assert not trained and summary["steps"] == 10
+    with pytest.raises(InputError, match=r"other settings \(lr\)"):
+        train(replace(settings, lr=0.5), tmp_path / "run", progress=False)
+    data = load_trajectory(md_file, 22)
+    other = tmp_path / "other.h5"  # other frames under the same settings attribute
+    write_trajectory(other, data.topology, iter([{"coordinates": data.xyz[:2000]}]), data.settings)
+    with pytest.raises(InputError, match=r"other settings \(data\)"):
+        train(replace(settings, data=str(other)), tmp_path / "run", progress=False)
+
+
+def test_plain_mdtraj_data_needs_a_temperature(md_file, tmp_path):
+    plain = tmp_path / "plain.h5"
+    mdtraj.load(str(md_file)).save_hdf5(str(plain))  # frames only: no bgp4 settings, no temperature
+    settings = TrainSettings(data=str(plain), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
+    with pytest.raises(InputError, match="records no temperature; pass --temperature"):
+        train(settings, tmp_path / "refused", progress=False)
+    assert not (tmp_path / "refused").exists()
+    summary, _ = train(replace(settings, temperature=450.0), tmp_path / "run", progress=False)
+    assert summary["temperature"] == 450.0
+    with pytest.raises(InputError, match="records 600 K, but --temperature says 300 K"):
+        train(replace(settings, data=str(md_file), temperature=300.0), tmp_path / "x",
+              progress=False)
+
+
+def test_damaged_checkpoint_is_refused_cleanly(md_file, tmp_path):
+    settings = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
+    train(settings, tmp_path / "run", progress=False)
+    (tmp_path / "run" / "complete.json").unlink()  # an unfinished run whose checkpoint is damaged
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"\x80\x02 not a checkpoint")
+    with pytest.raises(InputError, match="checkpoint.pt is damaged"):
+        train(settings, tmp_path / "run", progress=False)

@@ -1,0 +1,61 @@
+"""Atomic file replacement: a reader (or a resumed run) sees the old file or the new one, never half.
+
+Every file bgp4 replaces in place (settings, checkpoints, split, metrics log, trajectories, MD
+replica states) goes through `atomic_write`: write a temporary file beside the target, fsync it,
+rename it over the target, fsync the directory so the rename itself survives a power cut.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Union
+
+__all__ = ["atomic_write", "temporary_path"]
+
+Content = Union[bytes, str, Callable[[Path], None]]
+
+
+def temporary_path(path: str | os.PathLike) -> Path:
+    """The temporary name `atomic_write` uses for `path`: same directory, same suffix (mdtraj and
+    numpy look at the suffix), e.g. `model.pt` -> `model.tmp.pt`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.tmp{path.suffix}")
+
+
+def atomic_write(path: str | os.PathLike, content: Content) -> Path:
+    """Replace `path` atomically with `content`.
+
+    content: bytes or text (UTF-8), or a function that writes the file at the path it is given
+    (e.g. `lambda p: torch.save(obj, p)`). Returns `path`. On any error the target is left as it
+    was and the temporary file is removed.
+    """
+    path = Path(path)
+    tmp = temporary_path(path)
+    try:
+        if callable(content):
+            content(tmp)
+        else:
+            data = content.encode() if isinstance(content, str) else content
+            with open(tmp, "wb") as f:
+                f.write(data)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+    return path
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory if str(directory) else ".", os.O_RDONLY)
+    except OSError:  # not every platform can open a directory (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

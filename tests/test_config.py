@@ -1,0 +1,70 @@
+"""Config files: TOML and YAML by option name, precedence, unknown keys and bad values refused."""
+from __future__ import annotations
+
+import pytest
+
+from bgp4.config import TrainSettings, merge_settings, read_config_file
+from bgp4.errors import InputError
+
+
+def test_toml_and_yaml_give_the_same_settings_with_dashes_or_underscores(tmp_path):
+    pytest.importorskip("yaml")
+    toml = tmp_path / "run.toml"
+    toml.write_text('model = "rnvp"\nenergy-steps = 0\nlr = 2e-3\nfix_constrained = true\nsteps = 1e3\n')
+    yaml = tmp_path / "run.yaml"
+    yaml.write_text("model: rnvp\nenergy_steps: 0\nlr: 0.002\nfix-constrained: true\nsteps: 1000\n")
+    a = merge_settings(TrainSettings, read_config_file(toml), {})
+    b = merge_settings(TrainSettings, read_config_file(yaml), {})
+    assert a == b
+    assert (a.model, a.energy_steps, a.lr, a.fix_constrained, a.steps) == ("rnvp", 0, 0.002, True, 1000)
+    assert isinstance(a.steps, int)
+    assert a.batch == TrainSettings().batch  # not in the file: the default
+
+
+def test_flags_win_over_the_file_and_none_flags_do_not(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("batch = 128\nhidden = 8\ntemperature = 300\n")
+    s = merge_settings(TrainSettings, read_config_file(path), {"batch": 32, "hidden": None})
+    assert (s.batch, s.hidden, s.temperature) == (32, 8, 300.0)
+
+
+def test_unknown_keys_are_named(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("steps = 10\nbatchsize = 3\nlearning-rate = 1\n")
+    with pytest.raises(InputError, match="unknown setting.*batchsize, learning_rate"):
+        merge_settings(TrainSettings, read_config_file(path), {})
+
+
+@pytest.mark.parametrize(
+    "line, name",
+    [
+        ('steps = "many"', "steps"),
+        ("steps = 2.5", "steps"),
+        ("steps = true", "steps"),
+        ('lr = "fast"', "lr"),
+        ('fix-constrained = "yes"', "fix_constrained"),
+        ("seed = [1, 2]", "seed"),
+    ],
+)
+def test_bad_types_are_refused(tmp_path, line, name):
+    path = tmp_path / "run.toml"
+    path.write_text(line + "\n")
+    with pytest.raises(InputError, match=f"setting '{name}' has a bad value"):
+        merge_settings(TrainSettings, read_config_file(path), {})
+
+
+def test_unreadable_files_are_refused(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        read_config_file(tmp_path / "missing.toml")
+    (tmp_path / "run.json").write_text("{}")
+    with pytest.raises(InputError, match=r"\.toml, \.yaml or \.yml"):
+        read_config_file(tmp_path / "run.json")
+    (tmp_path / "broken.toml").write_text("steps = = 3\n")
+    with pytest.raises(InputError, match="cannot parse"):
+        read_config_file(tmp_path / "broken.toml")
+    pytest.importorskip("yaml")
+    (tmp_path / "list.yaml").write_text("- steps\n- 3\n")
+    with pytest.raises(InputError, match="table of settings"):
+        read_config_file(tmp_path / "list.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    assert read_config_file(tmp_path / "empty.yaml") == {}
