@@ -248,5 +248,6 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         model.load_state_dict(payload["state_dict"])
     except (KeyError, TypeError, RuntimeError, AttributeError, EOFError, ValueError, OSError,
             pickle.UnpicklingError, InputError) as err:
-        raise InputError(f"{path} is not a bgp4 model file of this version ({str(err).splitlines()[0][:200]})") from None
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(f"{path} is not a bgp4 model file of this version ({reason})") from None
     return model.to(map_location) if map_location is not None else model
