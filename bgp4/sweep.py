@@ -156,8 +156,12 @@ def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any
     stored_path = path / "settings.json"
     if not stored_path.exists():
         return train
+    from bgp4.data import file_fingerprint
+    from bgp4.train import changed_settings
+
     stored = json.loads(stored_path.read_text())
-    differ = sorted(k for k in set(stored) | set(train) if k not in EXECUTION_ONLY and stored.get(k) != train.get(k))
+    current = {**train, "data_fingerprint": file_fingerprint(train["data"]) if Path(train["data"]).is_file() else None}
+    differ = changed_settings(stored, current)  # the rules `bgp4 train` resumes by
     if differ:
         raise InputError(f"{path} holds a run with other settings ({', '.join(differ)}); use another --out")
     return {**train, **{k: stored[k] for k in EXECUTION_ONLY if k in stored}}
