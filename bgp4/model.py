@@ -241,11 +241,14 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         transform = MixedCoordinateTransform(**structure)
         # the transform's fitted buffers (which torsions are circular) shape the flow: load them first
         prefix = "transform."
-        transform.load_state_dict({k[len(prefix):]: v for k, v in payload["state_dict"].items() if k.startswith(prefix)})
+        state = dict(payload["state_dict"])
+        # files written before circular torsions existed hold logit torsions only
+        state.setdefault(prefix + "torsion_circular", torch.zeros(transform.n_ic, dtype=torch.bool))
+        transform.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
         if transform.n_dims != config["n_dims"]:
             raise KeyError(f"transform has {transform.n_dims} dims, config says {config['n_dims']}")
         model = BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
-        model.load_state_dict(payload["state_dict"])
+        model.load_state_dict(state)
     except (KeyError, TypeError, RuntimeError, AttributeError, EOFError, ValueError, OSError,
             pickle.UnpicklingError, InputError) as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

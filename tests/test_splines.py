@@ -161,3 +161,16 @@ def test_bad_settings_and_old_model_files_are_refused(tmp_path):
     torch.save({"config": {"kind": "rnvp", "blocks": 2}, "state_dict": {}}, old)  # no transform: an older format
     with pytest.raises(InputError, match="not a bgp4 model file"):
         load_generator(old)
+
+
+def test_model_files_from_before_circular_torsions_still_load(md_frames, molecule, tmp_path):
+    bg = build_generator("rnvp", data=md_frames[0], molecule=molecule, blocks=1, hidden=8)
+    path = tmp_path / "model.pt"
+    bg.save(path)
+    payload = torch.load(path, weights_only=True)
+    del payload["state_dict"]["transform.torsion_circular"]  # as written by earlier versions
+    torch.save(payload, path)
+    again = load_generator(path)
+    assert not again.circular_latent.any()
+    x = torch.as_tensor(md_frames[0][:16], dtype=torch.float32)
+    assert torch.allclose(again.log_prob(x), bg.log_prob(x))
