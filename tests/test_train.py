@@ -258,7 +258,7 @@ def test_energy_phase_loss_weights_and_masks_out_of_domain_samples():
     loss, info = energy_phase_loss(nll, u, log_q, ok, energy_weight=0.25)
     kl = (regularize_energy(u[:4]) + log_q[:4]).mean()
     assert loss.item() == pytest.approx(0.8 * 3.0 + 0.2 * kl.item())  # w_l = 1/(1+r), w_e = r/(1+r)
-    assert info["reverse_kl"] == pytest.approx(float(kl)) and info["train_nll"] == 3.0
+    assert info["reverse_kl"] == pytest.approx(kl.item()) and info["train_nll"] == 3.0
     assert info["out_of_domain"] == pytest.approx(0.2)
     # energy statistics: finite in-domain samples only (1, 2, 5000 kT)
     assert info["energy_kT"] == pytest.approx((1.0 + 2.0 + 5e3) / 3)
