@@ -96,6 +96,15 @@ KIND_DEFAULTS: dict[str, dict[str, int]] = {
 }
 
 
+def resolve_architecture(kind: str, blocks: int = 0, hidden: int = 0, bins: int = 0) -> dict[str, int]:
+    """{blocks, hidden[, bins]} with zeros replaced by the kind's defaults."""
+    defaults = KIND_DEFAULTS[kind]
+    out = {"blocks": blocks or defaults["blocks"], "hidden": hidden or defaults["hidden"]}
+    if "bins" in defaults:
+        out["bins"] = bins or defaults["bins"]
+    return out
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """Everything that defines a training run; the defaults are the paper's (REFERENCE section 4)."""
@@ -161,11 +170,10 @@ class TrainSettings:
         if self.clip_grad < 0 and self.clip_grad != -1:
             raise InputError(f"--clip-grad must be >= 0 (or -1 for auto), got {self.clip_grad}")
         spline = self.model in SPLINE_MODELS
-        defaults = KIND_DEFAULTS[self.model]
+        arch = resolve_architecture(self.model, self.blocks, self.hidden, self.bins)
         return dataclasses.replace(
             self, data=str(Path(self.data).expanduser().resolve()),
-            blocks=self.blocks or defaults["blocks"], hidden=self.hidden or defaults["hidden"],
-            bins=(self.bins or defaults["bins"]) if spline else 0,
+            blocks=arch["blocks"], hidden=arch["hidden"], bins=arch.get("bins", 0),
             lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
             clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline else 0.0),
         )

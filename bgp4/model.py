@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from bgp4._io import atomic_write
-from bgp4.config import KIND_DEFAULTS, MODELS, SPLINE_MODELS
+from bgp4.config import MODELS, SPLINE_MODELS, resolve_architecture
 from bgp4.errors import InputError
 from bgp4.flows.base import SequentialFlow, SubsetFlow
 from bgp4.flows.coordinates import MixedCoordinateTransform
@@ -211,15 +211,6 @@ def build_generator(kind: str = "rnvp", data=None, blocks: int = 0, hidden: int 
     config = {"kind": kind, **resolve_architecture(kind, blocks, hidden, bins),
               "fix_constrained": bool(fix_constrained), "n_dims": transform.n_dims}
     return BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
-
-
-def resolve_architecture(kind: str, blocks: int = 0, hidden: int = 0, bins: int = 0) -> dict[str, int]:
-    """{blocks, hidden[, bins]} with zeros replaced by the kind's defaults."""
-    defaults = KIND_DEFAULTS[kind]
-    out = {"blocks": blocks or defaults["blocks"], "hidden": hidden or defaults["hidden"]}
-    if "bins" in defaults:
-        out["bins"] = bins or defaults["bins"]
-    return out
 
 
 def _flow_for(config: dict, transform: MixedCoordinateTransform, dtype: torch.dtype) -> SequentialFlow:
