@@ -240,14 +240,15 @@ def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, 
     if not done:
         return []
     kT = done[0][1]["kT"]
-    data = load_trajectory(record["data"], n_atoms=22)
+    data = load_trajectory(record["data"])
+    n_atoms = data.molecule().n_atoms
     columns = {"MD": data.energies / kT}
     threshold = float(np.mean([r["threshold"] for _, r in done]))
     low = {"MD": float(np.mean(columns["MD"] < threshold))}
     for model in record["models"]:
         if not runs[model]:
             continue
-        energies = [load_trajectory(default_samples_path(r["run"]), n_atoms=22).energies / kT for r in runs[model].values()]
+        energies = [load_trajectory(default_samples_path(r["run"]), n_atoms=n_atoms).energies / kT for r in runs[model].values()]
         columns[model] = np.concatenate(energies)
         fractions = [r["values"].get("low_energy_fraction") for r in runs[model].values()]
         low[model] = t_interval(fractions)["mean"]

@@ -13,7 +13,6 @@ import mdtraj
 import numpy as np
 
 from bgp4.errors import InputError
-from bgp4.molecule import PHI, PSI
 
 __all__ = [
     "CI_LEVEL", "KL_EPS", "NOISE_SIGMA_NM", "N_BINS", "N_BOOTSTRAP", "angle_edges", "backbone_dihedrals",
@@ -54,17 +53,16 @@ def _json_float(value: float) -> float | None:
 # --------------------------------------------------------------------------- dihedrals
 
 
-def backbone_dihedrals(xyz: np.ndarray, molecule_or_topology: Any) -> tuple[np.ndarray, np.ndarray]:
+def backbone_dihedrals(xyz: np.ndarray, molecule: Any) -> tuple[np.ndarray, np.ndarray]:
     """Backbone torsions (phi, psi), each (n,) float64 radians in [-pi, pi].
 
     Args:
         xyz: (n, n_atoms, 3) positions in nm (a single (n_atoms, 3) frame is accepted).
-        molecule_or_topology: a `bgp4.molecule.Molecule` or an mdtraj Topology with the
-            alanine-dipeptide atom order (phi = atoms 4-6-8-14, psi = 6-8-14-16).
+        molecule: a `bgp4.molecule.Molecule`: its topology, and its `phi` / `psi` atom 4-tuples.
     """
-    topology = getattr(molecule_or_topology, "topology", molecule_or_topology)
-    if not isinstance(topology, mdtraj.Topology):
-        raise InputError(f"expected a Molecule or mdtraj.Topology, got {type(molecule_or_topology).__name__}")
+    topology = getattr(molecule, "topology", None)
+    if not isinstance(topology, mdtraj.Topology) or not hasattr(molecule, "phi"):
+        raise InputError(f"expected a bgp4 Molecule, got {type(molecule).__name__}")
     frames = np.asarray(xyz, dtype=np.float64)
     if frames.ndim == 2:
         frames = frames[None]
@@ -73,7 +71,7 @@ def backbone_dihedrals(xyz: np.ndarray, molecule_or_topology: Any) -> tuple[np.n
     if frames.shape[0] == 0:
         return np.zeros(0), np.zeros(0)
     trajectory = mdtraj.Trajectory(frames, topology)
-    angles = mdtraj.compute_dihedrals(trajectory, np.array([PHI, PSI]), periodic=False)
+    angles = mdtraj.compute_dihedrals(trajectory, np.array([molecule.phi, molecule.psi]), periodic=False)
     angles = angles.astype(np.float64)
     return angles[:, 0], angles[:, 1]
 

@@ -15,7 +15,19 @@ from typing import Callable, Optional
 import typer
 
 from bgp4 import __version__
+from bgp4.config import RefineSettings, SampleSettings, TrainSettings
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.md import MDSettings
+
+
+def _default(settings: type, name: str):
+    """The default of field `name` of a settings dataclass: the one source of every CLI default."""
+    return settings.__dataclass_fields__[name].default
+
+
+_MD, _SAMPLE, _REFINE = MDSettings, SampleSettings, RefineSettings
+#: Where `bgp4 simulate` writes and `bgp4 train` / `bgp4 analyze` read by default.
+DEFAULT_DATA = Path(_default(TrainSettings, "data"))
 
 app = typer.Typer(
     help="Boltzmann generators for alanine dipeptide with P4Inv invertible linear layers.",
@@ -67,29 +79,30 @@ def _main(
 @app.command()
 @handles_errors
 def simulate(
-    out: Path = typer.Option(Path("data/ala2-600K.h5"), "--out", help="Output mdtraj HDF5 file (.h5)."),
-    frames: int = typer.Option(500_000, help="Frames to save in total, split evenly over replicas."),
-    temperature: float = typer.Option(600.0, help="Temperature in K."),
-    timestep_fs: float = typer.Option(2.0, "--timestep-fs", help="Integration time step in fs."),
-    save_every: int = typer.Option(10, "--save-every", help="Integration steps between saved frames."),
-    friction: float = typer.Option(1.0, help="Langevin friction in 1/ps."),
-    equilibration_ps: float = typer.Option(100.0, "--equilibration-ps", help="Equilibration per replica in ps (not saved)."),
-    replicas: int = typer.Option(0, help="Independent trajectories, one process each (0: one per core)."),
-    seed: int = typer.Option(0, help="Random seed; each replica derives its own from it."),
-    platform: str = typer.Option("auto", help="OpenMM platform: auto|Reference|CPU|CUDA|OpenCL (auto: the fastest for 22 atoms, Reference)."),
+    out: Path = typer.Option(DEFAULT_DATA, "--out", help="Output mdtraj HDF5 file (.h5)."),
+    frames: int = typer.Option(_default(_MD, "frames"), help="Frames to save in total, split evenly over replicas."),
+    temperature: float = typer.Option(_default(_MD, "temperature"), help="Temperature in K."),
+    timestep_fs: float = typer.Option(_default(_MD, "timestep_fs"), "--timestep-fs", help="Integration time step in fs."),
+    save_every: int = typer.Option(_default(_MD, "save_every"), "--save-every", help="Integration steps between saved frames."),
+    friction: float = typer.Option(_default(_MD, "friction"), help="Langevin friction in 1/ps."),
+    equilibration_ps: float = typer.Option(_default(_MD, "equilibration_ps"), "--equilibration-ps", help="Equilibration per replica in ps (not saved)."),
+    replicas: int = typer.Option(_default(_MD, "replicas"), help="Independent trajectories, one process each (0: one per core)."),
+    seed: int = typer.Option(_default(_MD, "seed"), help="Random seed; each replica derives its own from it."),
+    platform: str = typer.Option(_default(_MD, "platform"), help="OpenMM platform: auto|Reference|CPU|CUDA|OpenCL (auto: Reference, the fastest for a small molecule)."),
+    molecule: str = typer.Option(_default(_MD, "molecule"), help="Registered molecule to simulate (bgp4.molecule.MOLECULES); empty: the default, alanine dipeptide."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a finished output file and discard a partial run."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """Run Langevin MD of alanine dipeptide (amber99sb-ildn, OBC implicit solvent) and save frames.
+    """Run Langevin MD of the molecule (alanine dipeptide: amber99sb-ildn, OBC implicit solvent) and save frames.
 
     Defaults are the paper's 600 K protocol. A run cut off at any moment resumes when the same
     command is run again; rerunning a finished one reports it and exits.
     """
-    from bgp4.md import MDSettings, completed, simulate as run_md
+    from bgp4.md import completed, simulate as run_md
 
     settings = MDSettings(
         frames=frames, temperature=temperature, timestep_fs=timestep_fs, save_every=save_every, friction=friction,
-        equilibration_ps=equilibration_ps, replicas=replicas, seed=seed, platform=platform,
+        equilibration_ps=equilibration_ps, replicas=replicas, seed=seed, platform=platform, molecule=molecule,
     )
     if not overwrite and completed(out, settings):
         typer.echo(f"{out}: already complete ({settings.frames} frames)")
@@ -101,9 +114,7 @@ def simulate(
 
 
 def _d(name: str) -> str:
-    from bgp4.config import TrainSettings
-
-    return f" [default: {getattr(TrainSettings(), name)}]"
+    return f" [default: {_default(TrainSettings, name)}]"
 
 
 @app.command()
@@ -123,6 +134,7 @@ def train(
     bins: Optional[int] = typer.Option(None, help="Spline kinds: bins of each rational-quadratic spline (2..64); 0: 8." + _d("bins")),
     lr_schedule: Optional[str] = typer.Option(None, "--lr-schedule", help="Likelihood-phase learning rate: constant, cosine (decay to 1 %) or auto (constant for rnvp/p4inv, cosine for spline kinds)." + _d("lr_schedule")),
     clip_grad: Optional[float] = typer.Option(None, "--clip-grad", help="Clip the gradient norm to this value; 0: no clipping; -1: auto (none for rnvp/p4inv, 10 for spline kinds)." + _d("clip_grad")),
+    penalty_weight: Optional[float] = typer.Option(None, "--penalty-weight", help="P4Inv: weight C_p of the penalty on log|G| and log|det A| outside the merge bounds (0: none, as in the paper's BG experiment)." + _d("penalty_weight")),
     merge_every: Optional[int] = typer.Option(None, "--merge-every", help="P4Inv: optimizer steps between merge attempts (N)." + _d("merge_every")),
     force_every: Optional[int] = typer.Option(None, "--force-every", help="P4Inv: force every n-th merge attempt." + _d("force_every")),
     correct_every: Optional[int] = typer.Option(None, "--correct-every", help="P4Inv: correct the inverse every n-th attempt." + _d("correct_every")),
@@ -143,14 +155,14 @@ def train(
     Defaults are the paper's. Killed at any moment and rerun with the same command, training
     resumes from its last checkpoint; rerunning a finished run reports it and exits.
     """
-    from bgp4.config import TrainSettings, merge_settings, read_config_file
+    from bgp4.config import merge_settings, read_config_file
     from bgp4.report import format_number
     from bgp4.train import train as run_training
 
     flags = dict(
         data=str(data) if data else None, model=model, steps=steps, batch=batch, lr=lr, energy_steps=energy_steps,
         energy_lr=energy_lr, energy_weight=energy_weight, blocks=blocks, hidden=hidden, bins=bins,
-        lr_schedule=lr_schedule, clip_grad=clip_grad, merge_every=merge_every,
+        lr_schedule=lr_schedule, clip_grad=clip_grad, penalty_weight=penalty_weight, merge_every=merge_every,
         force_every=force_every, correct_every=correct_every, test_fraction=test_fraction, eval_every=eval_every,
         fix_constrained=fix_constrained, device=device, seed=seed, workers=workers, compile=compile_mode,
         temperature=temperature,
@@ -166,18 +178,18 @@ def train(
 @handles_errors
 def sample(
     run: Path = typer.Argument(..., help="Run directory of a finished `bgp4 train`."),
-    n: int = typer.Option(100_000, "--n", help="Number of samples."),
+    n: int = typer.Option(_default(_SAMPLE, "n"), "--n", help="Number of samples."),
     out: Optional[Path] = typer.Option(None, "--out", help="Samples file (mdtraj HDF5). [default: RUN/samples.h5]"),
-    batch: int = typer.Option(10_000, help="Samples drawn and evaluated per batch."),
-    device: str = typer.Option("auto", help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."),
-    seed: int = typer.Option(0, help="Random seed of the prior samples."),
-    workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
+    batch: int = typer.Option(_default(_SAMPLE, "batch"), help="Samples drawn and evaluated per batch."),
+    device: str = typer.Option(_default(_SAMPLE, "device"), help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."),
+    seed: int = typer.Option(_default(_SAMPLE, "seed"), help="Random seed of the prior samples."),
+    workers: int = typer.Option(_default(_SAMPLE, "workers"), help="Energy-bridge processes (0: one per core)."),
     temperature: Optional[float] = typer.Option(None, help="Temperature in K; only for a run that records none."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing samples file made with other settings."),
     refine: Optional[int] = typer.Option(None, "--refine", help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5."),
-    refine_steps: int = typer.Option(2, "--refine-steps", help="MALA/HMC moves per refinement level (one energy+force evaluation per leapfrog step)."),
-    refine_leapfrog: int = typer.Option(1, "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."),
-    resample_ess: float = typer.Option(0.0, "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS)."),
+    refine_steps: int = typer.Option(_default(_REFINE, "steps"), "--refine-steps", help="MALA/HMC moves per refinement level (one energy+force evaluation per leapfrog step)."),
+    refine_leapfrog: int = typer.Option(_default(_REFINE, "leapfrog"), "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."),
+    resample_ess: float = typer.Option(_default(_REFINE, "resample_ess"), "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Draw samples with their energies (kJ/mol), log q and log importance weights.
@@ -212,7 +224,7 @@ def sample(
 @handles_errors
 def analyze(
     runs: Optional[list[Path]] = typer.Argument(None, help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
-    data: Path = typer.Option(Path("data/ala2-600K.h5"), "--data", help="The MD data file the runs were trained on."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The MD data file the runs were trained on."),
     out: Path = typer.Option(Path("report"), "--out", help="Report directory (figures, metrics.json, report.md)."),
     seed: int = typer.Option(0, help="Seed of the noise reference."),
     workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
@@ -291,7 +303,7 @@ def sweep(
     checkpoint, and the same command run again skips finished runs. The report gives each
     metric's mean and 95 % interval over seeds and paired differences against the first model.
     """
-    from bgp4.config import TrainSettings, merge_settings, read_config_file
+    from bgp4.config import merge_settings, read_config_file
     from bgp4.pipeline import PRESETS
     from bgp4.sweep import plan_sweep, run_sweep
 
@@ -301,7 +313,7 @@ def sweep(
     config = settings.pop("config", None)
     flags = {("compile" if k == "compile_mode" else k): v for k, v in settings.items()}
     base = merge_settings(TrainSettings, {**chosen["train"], **(read_config_file(config) if config else {})}, flags)
-    n_samples = samples if samples is not None else chosen["sample"].get("n", 100_000)
+    n_samples = samples if samples is not None else chosen["sample"].get("n", _default(_SAMPLE, "n"))
     plan = plan_sweep(out, data, [m.strip() for m in models.split(",") if m.strip()], seeds, base, n_samples,
                       threads_per_run=threads_per_run, gpus_per_run=gpus_per_run, md=chosen["md"])
     run_sweep(plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo)

@@ -122,6 +122,7 @@ class TrainSettings:
     bins: int = 0  # spline bins; 0: the kind's default (8)
     lr_schedule: str = "auto"  # auto: constant for the paper's kinds, cosine decay for spline kinds
     clip_grad: float = -1.0  # max gradient norm; 0: no clipping; -1: auto (paper kinds none, spline kinds 10)
+    penalty_weight: float = 0.0  # C_p of the P4Inv bound penalty; 0 as in the paper's BG experiment
     merge_every: int = 100
     force_every: int = 10
     correct_every: int = 50
@@ -145,6 +146,8 @@ class TrainSettings:
         for name in ("batch", "merge_every", "force_every", "correct_every", "eval_every"):
             if getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not self.penalty_weight >= 0:
+            raise InputError(f"--penalty-weight must be >= 0, got {self.penalty_weight}")
         for name in ("lr", "energy_lr", "checkpoint_minutes"):
             if not getattr(self, name) > 0:
                 raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -177,3 +180,78 @@ class TrainSettings:
             lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
             clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline else 0.0),
         )
+
+
+@dataclass(frozen=True)
+class SampleSettings:
+    """How many samples, in which batches, on which device, from which seed."""
+
+    n: int = 100_000
+    batch: int = 10_000
+    device: str = "auto"
+    seed: int = 0
+    workers: int = 0  # energy-bridge processes; 0: one per core
+
+    def validated(self) -> "SampleSettings":
+        if self.n < 1:
+            raise InputError(f"--n must be at least 1, got {self.n}")
+        if self.batch < 1:
+            raise InputError(f"--batch must be at least 1, got {self.batch}")
+        if self.workers < 0:
+            raise InputError(f"--workers must be >= 0, got {self.workers}")
+        if self.seed < 0:
+            raise InputError(f"--seed must be >= 0, got {self.seed}")
+        return self
+
+
+@dataclass(frozen=True)
+class RefineSettings:
+    """AIS refinement: levels K, HMC moves per level, leapfrog steps per move (1: MALA), SMC threshold."""
+
+    levels: int = 0
+    steps: int = 2
+    leapfrog: int = 1
+    resample_ess: float = 0.0  # 0: plain AIS
+    power: float = 2.0  # schedule b_k = (k / (K + 1))^power
+    pilot: int = 1_000  # samples of the step-size pilot (discarded)
+
+    def validated(self) -> "RefineSettings":
+        from bgp4.refine import _check
+
+        _check(self.levels, self.steps, self.leapfrog, self.resample_ess)
+        if not (isinstance(self.power, (int, float)) and 0.0 < self.power <= 10.0):
+            raise InputError(f"schedule power must be in (0, 10], got {self.power}")
+        if self.pilot < 10:
+            raise InputError(f"the step-size pilot needs at least 10 samples, got {self.pilot}")
+        return self
+
+
+#: Settings that do not change what a run computes: a run resumes, or is complete, whatever they are.
+#: The data file counts by content (`data_fingerprint`), so a moved or copied file is the same data.
+RESULT_NEUTRAL = ("data", "workers", "checkpoint_minutes")
+
+
+def settings_record(s: TrainSettings) -> dict[str, Any]:
+    """The run's settings as stored in settings.json, with the data file's fingerprint."""
+    import json
+
+    from bgp4.data import file_fingerprint
+
+    record = json.loads(json.dumps(dataclasses.asdict(s)))
+    record["data_fingerprint"] = file_fingerprint(s.data) if Path(s.data).is_file() else None
+    return record
+
+
+def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Names of the settings that differ between two settings records in a way that changes the
+    result. Where a data fingerprint is missing (data file gone, or a run recorded before
+    fingerprints), the data file's path decides. A setting one record lacks (a run of an older
+    version) counts as its default."""
+    ignored = set(RESULT_NEUTRAL) | {"data_fingerprint"}
+    defaults = dataclasses.asdict(TrainSettings())
+    differ = sorted(k for k in set(previous) | set(current)
+                    if k not in ignored and previous.get(k, defaults.get(k)) != current.get(k, defaults.get(k)))
+    old, new = previous.get("data_fingerprint"), current.get("data_fingerprint")
+    if (old != new) if (old and new) else (previous.get("data") != current.get("data")):
+        differ.insert(0, "data")
+    return differ

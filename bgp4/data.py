@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mdtraj
 import numpy as np
@@ -20,6 +20,9 @@ import tables
 
 from bgp4._io import atomic_write
 from bgp4.errors import InputError
+
+if TYPE_CHECKING:
+    from bgp4.molecule import Molecule
 
 SETTINGS_ATTR = "bgp4_settings"
 
@@ -33,10 +36,18 @@ class TrajectoryData:
     topology: mdtraj.Topology
     settings: dict[str, Any] = field(default_factory=dict)
     extras: dict[str, np.ndarray] = field(default_factory=dict)
+    source: str = ""  # the file it was read from
 
     @property
     def n_frames(self) -> int:
         return int(self.xyz.shape[0])
+
+    def molecule(self) -> "Molecule":
+        """The molecule the file records (`molecule` in its settings; the default where it records
+        none); raises InputError when the frames have another number of atoms."""
+        from bgp4.molecule import molecule_of
+
+        return molecule_of(self.settings, int(self.xyz.shape[1]), self.source or "the trajectory")
 
 
 def write_trajectory(
@@ -80,7 +91,9 @@ def _settings_of(h5: tables.File) -> dict[str, Any]:
 
 
 def load_trajectory(path: str | os.PathLike, n_atoms: int | None = None, extras: tuple[str, ...] = ()) -> TrajectoryData:
-    """Read a trajectory file; raise InputError if it is missing, unreadable or of another molecule."""
+    """Read a trajectory file; raise InputError if it is missing, unreadable, or (`n_atoms` given)
+    has another number of atoms per frame. `.molecule()` of the result checks it against the
+    molecule the file records."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"data file not found: {path}")
@@ -95,7 +108,7 @@ def load_trajectory(path: str | os.PathLike, n_atoms: int | None = None, extras:
     if xyz.ndim != 3 or xyz.shape[0] == 0:
         raise InputError(f"{path} holds no frames")
     if n_atoms is not None and xyz.shape[1] != n_atoms:
-        raise InputError(f"{path} has {xyz.shape[1]} atoms per frame, expected {n_atoms} (alanine dipeptide)")
+        raise InputError(f"{path} has {xyz.shape[1]} atoms per frame, expected {n_atoms}")
     energies = frames.potentialEnergy
     energies = np.full(xyz.shape[0], np.nan) if energies is None else np.asarray(energies, dtype=np.float64)
     stored: dict[str, np.ndarray] = {}
@@ -104,7 +117,7 @@ def load_trajectory(path: str | os.PathLike, n_atoms: int | None = None, extras:
         for name in extras:
             if name in h5.root:
                 stored[name] = np.asarray(h5.get_node(h5.root, name).read())
-    return TrajectoryData(xyz, energies, topology, settings, stored)
+    return TrajectoryData(xyz, energies, topology, settings, stored, str(path))
 
 
 def resolve_temperature(recorded: float | None, given: float | None, source: str | os.PathLike) -> float:

@@ -42,6 +42,7 @@ class MDSettings:
     replicas: int = 0  # 0: one per core
     seed: int = 0
     platform: str = "auto"
+    molecule: str = ""  # a name registered in bgp4.molecule.MOLECULES; "": the default molecule
 
     def resolved(self) -> "MDSettings":
         """Validated copy with `replicas` and `platform` made concrete; raises InputError."""
@@ -63,9 +64,12 @@ class MDSettings:
             raise InputError(f"--replicas must be >= 1, got {self.replicas}")
         if self.seed < 0:
             raise InputError(f"--seed must be >= 0, got {self.seed}")
+        from bgp4.molecule import molecule_name
+
+        molecule = molecule_name(self.molecule)
         replicas = self.replicas or os.cpu_count() or 1
         replicas = min(replicas, self.frames)
-        values = asdict(self) | {"replicas": replicas, "platform": resolve_platform(self.platform)}
+        values = asdict(self) | {"replicas": replicas, "platform": resolve_platform(self.platform), "molecule": molecule}
         return MDSettings(**values)
 
     def frames_of(self, replica: int) -> int:
@@ -78,7 +82,9 @@ class MDSettings:
         return [int(c.generate_state(1)[0] % (2**31 - 2)) + 1 for c in children]
 
 
-RECORD = np.dtype([("xyz", "<f4", (22, 3)), ("epot", "<f8"), ("ekin", "<f8")])
+def record_dtype(n_atoms: int) -> np.dtype:
+    """One raw MD record: positions (n_atoms, 3) nm as float32, potential and kinetic energy kJ/mol."""
+    return np.dtype([("xyz", "<f4", (n_atoms, 3)), ("epot", "<f8"), ("ekin", "<f8")])
 
 
 def _read_state(path: Path) -> tuple[int, bytes] | None:
@@ -112,7 +118,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
 
     import openmm
 
-    from bgp4.molecule import alanine_dipeptide
+    from bgp4.molecule import get_molecule
     from bgp4.platform import get_platform
 
     _die_with_parent()
@@ -123,7 +129,8 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
     work = Path(workdir)
     state_path, frames_path = work / STATE_FILE.format(replica), work / FRAMES_FILE.format(replica)
 
-    molecule = alanine_dipeptide()
+    molecule = get_molecule(s.molecule)
+    record = record_dtype(molecule.n_atoms)
     integrator = openmm.LangevinMiddleIntegrator(s.temperature, s.friction, s.timestep_fs / 1000.0)
     integrator.setRandomNumberSeed(seed)
     platform, props = get_platform(s.platform)
@@ -141,7 +148,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
         done, checkpoint = state
         context.loadCheckpoint(checkpoint)
     with open(frames_path, "ab") as f:
-        f.truncate(done * RECORD.itemsize)  # drop records written after the last checkpoint
+        f.truncate(done * record.itemsize)  # drop records written after the last checkpoint
     if progress is not None:
         progress.put((replica, done))
 
@@ -151,7 +158,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
     if probe.getPositions(asNumpy=True).unit != openmm.unit.nanometer or \
             probe.getPotentialEnergy().unit != openmm.unit.kilojoule_per_mole:
         raise Bgp4Error("OpenMM returned positions or energies in unexpected units")
-    buffer = np.empty(CHECKPOINT_EVERY, dtype=RECORD)
+    buffer = np.empty(CHECKPOINT_EVERY, dtype=record)
     xyz, epot, ekin = buffer["xyz"], buffer["epot"], buffer["ekin"]  # field views, made once
     with open(frames_path, "ab") as f:
         while done < target:
@@ -176,12 +183,12 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
 def _settings_record(s: MDSettings) -> dict:
     import openmm
 
-    from bgp4.molecule import FORCE_FIELD
+    from bgp4.molecule import get_molecule
 
     return {
         **asdict(s),
         "kind": "md",
-        "force_field": list(FORCE_FIELD),
+        "force_field": list(get_molecule(s.molecule).force_field),
         "integrator": "LangevinMiddleIntegrator",
         "constraints": "HBonds",
         "nonbonded": "NoCutoff",
@@ -194,7 +201,11 @@ def _settings_record(s: MDSettings) -> dict:
 def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
     """Settings of `s` that `stored` (a settings record) does not share. With `auto_replicas` (the
     user asked for one replica per core) any replica count matches: it follows the machine's cores."""
-    return [k for k, v in asdict(s).items() if stored.get(k) != v and not (k == "replicas" and auto_replicas)]
+    from bgp4.molecule import DEFAULT_MOLECULE
+
+    old = {"molecule": DEFAULT_MOLECULE}  # files written before the molecule was recorded
+    return [k for k, v in asdict(s).items()
+            if stored.get(k, old.get(k)) != v and not (k == "replicas" and auto_replicas)]
 
 
 def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bool:
@@ -304,16 +315,17 @@ def simulate(out: str | os.PathLike, settings: MDSettings = MDSettings(), overwr
 def _assemble(out: Path, work: Path, s: MDSettings) -> None:
     """Join the replicas' records into one mdtraj HDF5 file, replica after replica."""
     from bgp4.data import write_trajectory
-    from bgp4.molecule import alanine_dipeptide
+    from bgp4.molecule import get_molecule
 
-    molecule = alanine_dipeptide()
+    molecule = get_molecule(s.molecule)
+    record = record_dtype(molecule.n_atoms)
     dof = 3 * molecule.n_atoms - molecule.system.getNumConstraints() - 3
     kb = molecule.kT(1.0)
     counts = [s.frames_of(r) for r in range(s.replicas)]
 
     def chunks():
         for r, count in enumerate(counts):
-            records = np.fromfile(work / FRAMES_FILE.format(r), dtype=RECORD, count=count)
+            records = np.fromfile(work / FRAMES_FILE.format(r), dtype=record, count=count)
             if records.shape[0] != count:
                 raise Bgp4Error(f"replica {r} holds {records.shape[0]} frames, expected {count}; rerun to resume")
             yield {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import pickle
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling
 from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
+
+if TYPE_CHECKING:
+    from bgp4.molecule import Molecule
 
 __all__ = ["BoltzmannGenerator", "GeneratorSample", "build_flow", "build_generator", "load_generator", "n_parameters"]
 
@@ -101,7 +104,7 @@ class BoltzmannGenerator(nn.Module):
     """Normal prior + flow + mixed coordinate transform; positions in nm, shapes below.
 
     Attributes: transform (MixedCoordinateTransform, buffers only), flow (SequentialFlow),
-    config {kind, blocks, hidden, bins, fix_constrained, n_dims}, circular_latent (n_dims,) bool:
+    config {kind, blocks, hidden, bins, fix_constrained, n_dims, molecule}, circular_latent (n_dims,) bool:
     latent coordinates that are angles (uniform prior on [-pi, pi), period 2 pi); the others have
     a standard normal prior.
     """
@@ -112,6 +115,19 @@ class BoltzmannGenerator(nn.Module):
         self.n_dims = transform.n_dims
         self.register_buffer("circular_latent", transform.circular_mask.clone(), persistent=False)
         self._n_circular = int(self.circular_latent.sum())  # a Python int: no host sync under torch.compile
+
+    @property
+    def molecule_name(self) -> str:
+        """Name of the molecule the generator was fitted to (files of older versions: the default)."""
+        from bgp4.molecule import DEFAULT_MOLECULE
+
+        return str(self.config.get("molecule", DEFAULT_MOLECULE))
+
+    def molecule(self) -> "Molecule":
+        """The molecule (OpenMM system, topology) the generator was fitted to."""
+        from bgp4.molecule import get_molecule
+
+        return get_molecule(self.molecule_name)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -187,29 +203,45 @@ def _frames_array(data) -> torch.Tensor:
     return x.detach().to("cpu", torch.float64)
 
 
-def build_generator(kind: str = "rnvp", data=None, blocks: int = 0, hidden: int = 0,
-                    fix_constrained: bool = True, molecule=None, dtype: torch.dtype = torch.float32,
-                    bins: int = 0) -> BoltzmannGenerator:
-    """A generator of `kind`; `data` (n, n_atoms, 3) nm training frames fit the transform.
+def build_generator(kind: str = "rnvp", data: np.ndarray | torch.Tensor | None = None,
+                    molecule: Optional[Molecule] = None, *, blocks: int = 0, hidden: int = 0,
+                    fix_constrained: bool = True, dtype: torch.dtype = torch.float32, bins: int = 0,
+                    shell: bool = False) -> BoltzmannGenerator:
+    """A generator of `kind` whose coordinate transform is fitted to `data`.
 
-    blocks, hidden, bins = 0 take the kind's defaults (KIND_DEFAULTS). fix_constrained holds every
-    constrained bond of the system fixed (48 flow dims for alanine dipeptide; False: the paper's 60).
-    data=None builds an unfitted shell (for `load_state_dict`). molecule defaults to alanine
-    dipeptide. Trainable parameters at the defaults, 60 dims: 735,050 (rnvp) / 744,050 (p4inv).
+    Args:
+        kind: one of KINDS (rnvp, p4inv, spline, spline-p4inv).
+        data: (n, n_atoms, 3) training frames in nm; they fix the z-matrix statistics, the rigid
+            block's PCA and (spline kinds) which torsions are circular.
+        molecule: the molecule of the frames (None: bgp4.molecule's default).
+        blocks, hidden, bins: 0 takes the kind's defaults (config.KIND_DEFAULTS).
+        fix_constrained: hold every constrained bond of the system fixed (48 flow dims for the
+            default molecule; False: the paper's 60).
+        shell: with data=None, build an unfitted shell whose buffers `load_state_dict` fills;
+            without it, data=None is refused (an unfitted model samples nonsense).
+
+    Trainable parameters at the defaults, 48 dims: 662,450 (rnvp) / 669,650 (p4inv).
+
+    >>> from bgp4.molecule import get_molecule
+    >>> bg = build_generator("rnvp", molecule=get_molecule(), shell=True)
+    >>> bg.n_dims
+    48
     """
+    from bgp4.molecule import get_molecule
+
     if kind not in KINDS:
         raise InputError(f"generator kind must be one of {KINDS}, got {kind!r}")
-    if molecule is None:
-        from bgp4.molecule import alanine_dipeptide
-
-        molecule = alanine_dipeptide()
+    molecule = get_molecule() if molecule is None else molecule
     torsions = TORSIONS[kind]
     if data is None:
+        if not shell:
+            raise InputError("build_generator needs training frames (data) to fit its coordinate transform; "
+                             "pass shell=True for an unfitted shell to load a state dict into")
         transform = MixedCoordinateTransform.shell(molecule, fix_constrained, torsions=torsions)
     else:
         transform = MixedCoordinateTransform.fit(_frames_array(data), molecule, fix_constrained, torsions=torsions)
     config = {"kind": kind, **resolve_architecture(kind, blocks, hidden, bins),
-              "fix_constrained": bool(fix_constrained), "n_dims": transform.n_dims}
+              "fix_constrained": bool(fix_constrained), "n_dims": transform.n_dims, "molecule": molecule.name}
     return BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
 
 

@@ -1,10 +1,15 @@
-"""Alanine dipeptide in implicit solvent: OpenMM system, topology, structure and z-matrix.
+"""The molecules bgp4 knows: OpenMM system, topology, structure and z-matrix of each.
+
+This is the only module that knows which molecule it is: every stage takes a `Molecule`, or
+looks one up by the name a data file, run or model file records (`get_molecule`,
+`molecule_of`). Today that is alanine dipeptide in implicit solvent.
 
 Units: positions in nm, energies in kJ/mol, temperatures in K.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 from importlib import resources
 
 import mdtraj
@@ -95,7 +100,7 @@ def alanine_dipeptide() -> Molecule:
     )
     positions = np.array(pdb.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer), dtype=np.float64)
     return Molecule(
-        name="alanine-dipeptide",
+        name=DEFAULT_MOLECULE,
         system=system,
         topology=mdtraj.Topology.from_openmm(pdb.topology),
         positions=positions,
@@ -104,6 +109,38 @@ def alanine_dipeptide() -> Molecule:
         phi=PHI,
         psi=PSI,
     )
+
+
+#: The molecule of data files that record none (plain mdtraj files, files of older versions).
+DEFAULT_MOLECULE = "alanine-dipeptide"
+#: Registered molecules by the name files record.
+MOLECULES: dict[str, Callable[[], Molecule]] = {DEFAULT_MOLECULE: alanine_dipeptide}
+
+
+def molecule_name(name: str | None = None) -> str:
+    """The registered name `name` stands for (None or "": the default); raises InputError for an unknown one."""
+    from bgp4.errors import InputError
+
+    name = str(name) if name else DEFAULT_MOLECULE
+    if name not in MOLECULES:
+        raise InputError(f"unknown molecule {name!r}; bgp4 knows {', '.join(MOLECULES)}")
+    return name
+
+
+def get_molecule(name: str | None = None) -> Molecule:
+    """The molecule registered as `name` (None or "": the default); raises InputError for an unknown name."""
+    return MOLECULES[molecule_name(name)]()
+
+
+def molecule_of(record: Mapping[str, Any] | None, n_atoms: int | None = None, source: object = "the file") -> Molecule:
+    """The molecule a settings record (of a data file, run or model) names; the default where it
+    names none. With `n_atoms` (atoms per frame of the file), a mismatch raises InputError."""
+    from bgp4.errors import InputError
+
+    molecule = get_molecule((record or {}).get("molecule"))
+    if n_atoms is not None and n_atoms != molecule.n_atoms:
+        raise InputError(f"{source} has {n_atoms} atoms per frame, expected {molecule.n_atoms} ({molecule.name})")
+    return molecule
 
 
 def constrained_bonds(molecule: Molecule) -> dict[tuple[int, int], float]:

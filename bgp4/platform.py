@@ -1,4 +1,4 @@
-"""Choosing an OpenMM platform for a small molecule.
+"""Where the numbers run: the OpenMM platform for a small molecule, and the torch device.
 
 For 22 atoms the Reference platform (plain double precision, no thread pool) is the fastest
 on CPU: about 15,000 steps/s per core here against 500-4,000 for the CPU platform, whose
@@ -7,9 +7,16 @@ launch latency at this size, so `auto` picks Reference unless asked otherwise.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import openmm
 
 from bgp4.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["PLATFORM_CHOICES", "available_platforms", "get_platform", "resolve_device", "resolve_platform"]
 
 PLATFORM_CHOICES = ("auto", "Reference", "CPU", "CUDA", "OpenCL")
 
@@ -36,3 +43,18 @@ def get_platform(name: str = "auto") -> tuple[openmm.Platform, dict[str, str]]:
     canonical = resolve_platform(name)
     props = {"Threads": "1"} if canonical == "CPU" else {}
     return openmm.Platform.getPlatformByName(canonical), props
+
+
+def resolve_device(name: str) -> "torch.device":
+    """torch device for `name`: `auto` -> CUDA when torch sees a GPU, else CPU; raises InputError
+    for CUDA without a GPU, or a name torch does not know."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("--device cuda asked for, but torch sees no GPU")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise InputError(f"unknown device {name!r}; use auto, cpu or cuda") from None

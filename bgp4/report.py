@@ -34,7 +34,7 @@ def _run_label(path: Path, taken: set[str]) -> str:
     return label if label not in taken else str(path)
 
 
-def _load_samples(run: Path) -> list[tuple[str, dict[str, Any], Any]]:
+def _load_samples(run: Path, n_atoms: int) -> list[tuple[str, dict[str, Any], Any]]:
     """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)]."""
     from bgp4.data import load_trajectory
     from bgp4.rundir import COMPLETE, RunDirectory
@@ -47,9 +47,9 @@ def _load_samples(run: Path) -> list[tuple[str, dict[str, Any], Any]]:
         raise InputError(f"run {run} has no samples ({path}); run `bgp4 sample {run}` first")
     complete = json.loads(rundir.file(COMPLETE).read_text()) if rundir.complete else {}
     info = {"settings": settings, "complete": complete}
-    entries = [("", info, load_trajectory(path, n_atoms=22, extras=SAMPLE_EXTRAS))]
+    entries = [("", info, load_trajectory(path, n_atoms=n_atoms, extras=SAMPLE_EXTRAS))]
     if refined_path(path).exists():
-        refined = load_trajectory(refined_path(path), n_atoms=22, extras=SAMPLE_EXTRAS)
+        refined = load_trajectory(refined_path(path), n_atoms=n_atoms, extras=SAMPLE_EXTRAS)
         entries.append((f" +AIS({refined.settings.get('refine_levels')})", info, refined))
     return entries
 
@@ -64,14 +64,12 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
     from bgp4 import plots
     from bgp4.data import load_trajectory, resolve_temperature
     from bgp4.energy import OpenMMEnergy
-    from bgp4.molecule import alanine_dipeptide
-
     if not runs:
         raise InputError("name at least one run directory to analyze")
-    molecule = alanine_dipeptide()
-    data = load_trajectory(data_path, n_atoms=molecule.n_atoms)
+    data = load_trajectory(data_path)
+    molecule = data.molecule()
     temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
-    loaded = [(Path(r), suffix, info, samples) for r in runs for suffix, info, samples in _load_samples(Path(r))]
+    loaded = [(Path(r), suffix, info, samples) for r in runs for suffix, info, samples in _load_samples(Path(r), molecule.n_atoms)]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 

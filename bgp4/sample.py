@@ -10,39 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import torch
 
+from bgp4.config import RefineSettings, SampleSettings  # noqa: F401 - part of this module's API
 from bgp4.errors import InputError
+from bgp4.platform import resolve_device
 from bgp4.rundir import MODEL, RunDirectory
 
 SAMPLE_EXTRAS = ("log_q", "log_w", "finite", "in_domain")
-
-
-@dataclass(frozen=True)
-class SampleSettings:
-    """How many samples, in which batches, on which device, from which seed."""
-
-    n: int = 100_000
-    batch: int = 10_000
-    device: str = "auto"
-    seed: int = 0
-    workers: int = 0  # energy-bridge processes; 0: one per core
-
-    def validated(self) -> "SampleSettings":
-        if self.n < 1:
-            raise InputError(f"--n must be at least 1, got {self.n}")
-        if self.batch < 1:
-            raise InputError(f"--batch must be at least 1, got {self.batch}")
-        if self.workers < 0:
-            raise InputError(f"--workers must be >= 0, got {self.workers}")
-        if self.seed < 0:
-            raise InputError(f"--seed must be >= 0, got {self.seed}")
-        return self
 
 
 def default_samples_path(run: str | Path) -> Path:
@@ -74,8 +54,6 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     from bgp4.data import read_settings, resolve_temperature, write_trajectory
     from bgp4.energy import OpenMMEnergy
     from bgp4.model import load_generator
-    from bgp4.molecule import alanine_dipeptide
-    from bgp4.train import resolve_device
 
     s = settings.validated()
     run = RunDirectory(run_path)
@@ -94,7 +72,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     device = resolve_device(s.device)
     bg = load_generator(run.file(MODEL), map_location=device).to(device).eval()
     complete = json.loads(run.file("complete.json").read_text())
-    molecule = alanine_dipeptide()
+    molecule = bg.molecule()
     temperature = resolve_temperature(complete.get("temperature"), temperature, run.file("complete.json"))
     kT = molecule.kT(temperature)
     latents = latent_batches(bg, s)
@@ -124,6 +102,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     summary = _summary(np.concatenate(energies) / kT, joined, complete.get("weights_defined", False))
     record["summary"] = json.dumps(summary)
     record["temperature"] = temperature
+    record["molecule"] = molecule.name
     out.parent.mkdir(parents=True, exist_ok=True)
     write_trajectory(out, molecule.topology, iter(chunks), record, extras=joined)
     return summary, True
@@ -145,28 +124,6 @@ def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool
 
 
 # --------------------------------------------------------------------------- refinement (AIS)
-
-
-@dataclass(frozen=True)
-class RefineSettings:
-    """AIS refinement: levels K, HMC moves per level, leapfrog steps per move (1: MALA), SMC threshold."""
-
-    levels: int = 0
-    steps: int = 2
-    leapfrog: int = 1
-    resample_ess: float = 0.0  # 0: plain AIS
-    power: float = 2.0  # schedule b_k = (k / (K + 1))^power
-    pilot: int = 1_000  # samples of the step-size pilot (discarded)
-
-    def validated(self) -> "RefineSettings":
-        from bgp4.refine import _check
-
-        _check(self.levels, self.steps, self.leapfrog, self.resample_ess)
-        if not (isinstance(self.power, (int, float)) and 0.0 < self.power <= 10.0):
-            raise InputError(f"schedule power must be in (0, 10], got {self.power}")
-        if self.pilot < 10:
-            raise InputError(f"the step-size pilot needs at least 10 samples, got {self.pilot}")
-        return self
 
 
 def refined_path(samples_path: str | Path) -> Path:
@@ -199,9 +156,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     from bgp4.data import read_settings, resolve_temperature, write_trajectory
     from bgp4.energy import OpenMMEnergy
     from bgp4.model import load_generator
-    from bgp4.molecule import alanine_dipeptide
     from bgp4.refine import Chains, GeneratorTarget, run_levels, schedule, start, tune_step_sizes
-    from bgp4.train import resolve_device
 
     s, r = settings.validated(), refine.validated()
     run = RunDirectory(run_path)
@@ -230,7 +185,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     for p in bg.parameters():
         p.requires_grad_(False)  # gradients are wanted in z only
     complete = json.loads(run.file("complete.json").read_text())
-    molecule = alanine_dipeptide()
+    molecule = bg.molecule()
     temperature = resolve_temperature(complete.get("temperature"), None, run.file("complete.json"))
     kT = molecule.kT(temperature)
     betas = schedule(r.levels, r.power)
@@ -291,7 +246,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
         summary=json.dumps(summary), temperature=temperature, betas=betas.tolist(), step_sizes=sizes.tolist(),
         acceptance=[float(a) for a in acceptance], energy_evals=n_evals, evals_per_sample=n_evals / s.n,
         pilot_evals=int(plan["pilot_evals"]), resampled_levels=int(sum(c.resampled.sum() for c in results)),
-        wall_s=time.perf_counter() - started, latent_dims=int(z.shape[1]),
+        wall_s=time.perf_counter() - started, latent_dims=int(z.shape[1]), molecule=molecule.name,
     )
     chunks = ({"coordinates": x[i:i + s.batch].astype(np.float32), "potentialEnergy": e[i:i + s.batch].astype(np.float32)}
               for i in range(0, s.n, s.batch))

@@ -157,7 +157,7 @@ def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any
     if not stored_path.exists():
         return train
     from bgp4.data import file_fingerprint
-    from bgp4.train import changed_settings
+    from bgp4.config import changed_settings
 
     stored = json.loads(stored_path.read_text())
     current = {**train, "data_fingerprint": file_fingerprint(train["data"]) if Path(train["data"]).is_file() else None}

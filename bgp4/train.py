@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +20,17 @@ import numpy as np
 import torch
 
 from bgp4._rng import PrivateRNG
-from bgp4.config import MODELS, TrainSettings  # noqa: F401 - TrainSettings is part of this API
-from bgp4.data import TrajectoryData, file_fingerprint, load_trajectory, resolve_temperature
+from bgp4.flows.p4inv import P4InvLinear
+from bgp4.config import MODELS, TrainSettings, changed_settings, settings_record  # noqa: F401 - part of this API
+from bgp4.data import TrajectoryData, load_trajectory, resolve_temperature
 from bgp4.errors import InputError
+from bgp4.platform import resolve_device
 from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory
 
 LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
 TEST_FRAMES = 10_000  # held-out frames scored at each evaluation
 # Compiling takes about a minute on 2 cores and saves ~25 ms per paper-size step: worth it from here on.
 COMPILE_MIN_STEPS = 3_000
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> CUDA when torch sees a GPU, else CPU; raises InputError for CUDA without a GPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda asked for, but torch sees no GPU")
-    return torch.device(name)
 
 
 class Trainer:
@@ -49,6 +41,7 @@ class Trainer:
         from bgp4.model import build_generator
 
         self.s, self.run = settings, run
+        self.molecule = data.molecule()
         self.device = resolve_device(settings.device)
         train_idx, test_idx = train_test_split(data.n_frames, settings.test_fraction, settings.seed)
         run.save_split(train_idx, test_idx)
@@ -58,7 +51,7 @@ class Trainer:
         self.rng = PrivateRNG(settings.seed, self.device)
         with self.rng:
             self.bg = build_generator(
-                settings.model, data=data.xyz[train_idx], blocks=settings.blocks, hidden=settings.hidden,
+                settings.model, data.xyz[train_idx], self.molecule, blocks=settings.blocks, hidden=settings.hidden,
                 fix_constrained=settings.fix_constrained, bins=settings.bins,
             ).to(self.device)
         # the coordinate transform is fixed, so frames are mapped to flow coordinates once
@@ -72,6 +65,7 @@ class Trainer:
         self.energy_evaluations = 0  # OpenMM energy+force calls spent on training
         self.wall = 0.0
         self.interval: list[dict[str, float]] = []  # step infos since the last metrics record
+        self.p4inv_layers = [m for m in self.bg.modules() if isinstance(m, P4InvLinear)]
         self.batch_nll = self._nll  # replaced by a compiled twin in `_compile`
         self._make_optimizer()
 
@@ -130,15 +124,13 @@ class Trainer:
 
     # -- numerics ------------------------------------------------------------------------
     def _flow_coordinates(self, xyz: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Frames (n, 22, 3) nm -> flow coordinates (n, dims) and log|dy/dx| (n,) on the device."""
+        """Frames (n, n_atoms, 3) nm -> flow coordinates (n, dims) and log|dy/dx| (n,) on the device."""
         with torch.no_grad():
             parts = [self.bg.flow_coordinates(torch.as_tensor(c, device=self.device)) for c in np.array_split(xyz, max(1, len(xyz) // 8192))]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     def _nll(self, y: torch.Tensor, logdet_cart: torch.Tensor) -> torch.Tensor:
-        """-log q(x) (B,) from precomputed flow coordinates of x."""
-        z, logdet_flow = self.bg.flow.inverse(y)
-        return -(self.bg.prior_log_prob(z) + logdet_flow + logdet_cart)
+        return likelihood_loss(self.bg, y, logdet_cart)
 
     def _compile(self, progress: bool) -> None:
         """Use a torch.compile'd likelihood for training batches when settings ask for it.
@@ -176,11 +168,17 @@ class Trainer:
         idx = torch.randint(self.train_y[0].shape[0], (self.s.batch,), generator=self.batch_gen).to(self.device)
         nll = self.batch_nll(self.train_y[0][idx], self.train_y[1][idx]).mean()
         if self.phase == "ml":
-            return nll, {"train_nll": float(nll.detach())}
-        x, log_q, ok, _ = self.bg.sample(self.s.batch, generator=self.sample_gen)
-        raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
-        self.energy_evaluations += int(x.shape[0])
-        return energy_phase_loss(nll, raw, log_q, ok, self.s.energy_weight)
+            loss, info = nll, {"train_nll": float(nll.detach())}
+        else:
+            x, log_q, ok, _ = self.bg.sample(self.s.batch, generator=self.sample_gen)
+            raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
+            self.energy_evaluations += int(x.shape[0])
+            loss, info = energy_phase_loss(nll, raw, log_q, ok, self.s.energy_weight)
+        if self.s.penalty_weight > 0 and self.p4inv_layers:
+            penalty = p4inv_penalty(self.p4inv_layers)
+            info["p4inv_penalty"] = float(penalty.detach())
+            loss = loss + self.s.penalty_weight * penalty
+        return loss, info
 
     def learning_rate(self) -> float:
         """The learning rate of the current step: constant, or cosine decay to 1 % over the likelihood phase."""
@@ -230,10 +228,11 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------
     def fit(self, progress: bool = True) -> dict[str, Any]:
+        """Train to the last step (resuming from a checkpoint), save model.pt; returns the summary
+        that `train` writes to complete.json."""
         from tqdm.auto import tqdm
 
         from bgp4.energy import OpenMMEnergy
-        from bgp4.molecule import alanine_dipeptide
 
         if not self.restore():
             self.run.truncate_log(-1)  # records of a run killed before its first checkpoint
@@ -241,7 +240,7 @@ class Trainer:
         self._compile(progress)
         energy = None
         if self.s.energy_steps > 0:
-            energy = OpenMMEnergy(alanine_dipeptide().system, self.temperature, n_workers=self.s.workers or None)
+            energy = OpenMMEnergy(self.molecule.system, self.temperature, n_workers=self.s.workers or None)
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
         last_save, record = time.monotonic(), {}
         stop = _StopRequest()
@@ -277,39 +276,49 @@ class Trainer:
         return self._finish(record)
 
     def _finish(self, record: dict[str, Any]) -> dict[str, Any]:
-        from bgp4.plots import training_curves
-
         self.bg.save(self.run.file(MODEL))
         records = list(self.run.records())
-        curves = [{**r, "step": r["global_step"], "energy": r.get("energy_kT"),
-                   "p4inv_residual": r.get("p4inv_last_residual")} for r in records]
-        training_curves(curves, self.run.file("training"))
         tests = [r["test_nll"] for r in records if r.get("test_nll") is not None]
         summary = {
             "steps": self.total_steps, "skipped_steps": self.skipped, "wall_s": round(self.wall, 1),
             "test_nll_start": tests[0] if tests else None, "test_nll_end": tests[-1] if tests else None,
             "temperature": self.temperature, "device": str(self.device), "compiled": self.compiled,
-            "energy_evaluations": self.energy_evaluations, "n_dims": self.bg.n_dims,
+            "energy_evaluations": self.energy_evaluations, "n_dims": self.bg.n_dims, "molecule": self.molecule.name,
             "parameters": sum(p.numel() for p in self.bg.parameters() if p.requires_grad),
-            **weights_defined(self.bg),
+            **weights_defined(self.bg, self.molecule),
             **({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()} if self.scheduler.layers else {}),
         }
-        self.run.write_json(COMPLETE, summary)
         return summary
 
 
-def weights_defined(bg) -> dict[str, Any]:
+def weights_defined(bg, molecule) -> dict[str, Any]:
     """{"weights_defined": bool, "weights_note": str}: importance weights p/q exist only when no
-    constrained bond of the system is a flow dimension (otherwise the target is improper along it)."""
-    from bgp4.molecule import alanine_dipeptide, constrained_bonds
+    constrained bond of `molecule`'s system is a flow dimension of `bg` (otherwise the target is
+    improper along it)."""
+    from bgp4.molecule import constrained_bonds
 
-    left = bg.transform.free_constrained_pairs(constrained_bonds(alanine_dipeptide()))
+    left = bg.transform.free_constrained_pairs(constrained_bonds(molecule))
     if not left:
         return {"weights_defined": True, "weights_note": "every constrained bond is held fixed"}
     pairs = ", ".join(f"{a}-{b}" for a, b in left)
     return {"weights_defined": False, "weights_note": (
         f"{len(left)} constrained bond(s) ({pairs}) are flow dimensions: the MD keeps them constant, so p/q is "
         "unbounded along them and reverse ESS and reweighted figures are not defined (train with --fix-constrained)")}
+
+
+def likelihood_loss(bg, y: torch.Tensor, logdet_cart: torch.Tensor) -> torch.Tensor:
+    """The likelihood phase's loss per frame, -log q(x) (B,) in nats, from precomputed flow
+    coordinates y (B, n_dims) of frames x and log|dy/dx| (B,) of the coordinate transform."""
+    z, logdet_flow = bg.flow.inverse(y)
+    return -(bg.prior_log_prob(z) + logdet_flow + logdet_cart)
+
+
+def p4inv_penalty(layers) -> torch.Tensor:
+    """Sum of the P4Inv layers' bound penalties (0-dim): zero while every layer's log|G| and
+    log|det A| stay inside its merge bounds (the paper's C_p term; its BG experiment used none)."""
+    return torch.stack([layer.penalty() for layer in layers]).sum()
+
+
 def energy_phase_loss(nll: torch.Tensor, u: torch.Tensor, log_q: torch.Tensor, ok: torch.Tensor,
                       energy_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
     """The energy phase's loss w_l * NLL + w_e * KL, with w_e / w_l = `energy_weight`, w_l + w_e = 1.
@@ -368,39 +377,13 @@ class _StopRequest:
             signal.signal(sig, handler)
 
 
-#: Settings that do not change what a run computes: a run resumes, or is complete, whatever they are.
-#: The data file counts by content (`data_fingerprint`), so a moved or copied file is the same data.
-RESULT_NEUTRAL = ("data", "workers", "checkpoint_minutes")
-
-
-def _settings_record(s: TrainSettings) -> dict[str, Any]:
-    """The run's settings as stored in settings.json, with the data file's fingerprint."""
-    import json
-
-    record = json.loads(json.dumps(asdict(s)))
-    record["data_fingerprint"] = file_fingerprint(s.data) if Path(s.data).is_file() else None
-    return record
-
-
-def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Names of the settings that differ between two settings records in a way that changes the
-    result. Where a data fingerprint is missing (data file gone, or a run recorded before
-    fingerprints), the data file's path decides."""
-    ignored = set(RESULT_NEUTRAL) | {"data_fingerprint"}
-    differ = sorted(k for k in set(previous) | set(current) if k not in ignored and previous.get(k) != current.get(k))
-    old, new = previous.get("data_fingerprint"), current.get("data_fingerprint")
-    if (old != new) if (old and new) else (previous.get("data") != current.get("data")):
-        differ.insert(0, "data")
-    return differ
-
-
 def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:
     """Train (or resume, or find complete) the run in `out`; returns (summary, newly_trained)."""
     import json
 
     s = settings.validated()
     run = RunDirectory(out)
-    record = _settings_record(s)
+    record = settings_record(s)
     if run.complete and not overwrite:
         differ = changed_settings(run.settings(), record)
         if differ:
@@ -410,7 +393,8 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
             )
         return json.loads(run.file(COMPLETE).read_text()), False
     resolve_device(s.device)
-    data = load_trajectory(s.data, n_atoms=22)
+    data = load_trajectory(s.data)
+    data.molecule()  # refuse frames of another molecule before any work
     resolve_temperature(data.settings.get("temperature"), s.temperature, s.data)  # refuse before any work
     n_test = int(round(data.n_frames * s.test_fraction))
     if n_test < 1:
@@ -420,4 +404,16 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
     run.prepare(record, overwrite, changed=changed_settings)
     trainer = Trainer(s, run, data)
-    return trainer.fit(progress=progress), True
+    summary = trainer.fit(progress=progress)
+    plot_training(run)
+    run.write_json(COMPLETE, summary)  # last: its presence marks the run complete
+    return summary, True
+
+
+def plot_training(run: RunDirectory) -> None:
+    """training.png/.pdf of a run from its metrics log: NLL, sample energies, P4Inv residual."""
+    from bgp4.plots import training_curves
+
+    curves = [{**r, "step": r["global_step"], "energy": r.get("energy_kT"),
+               "p4inv_residual": r.get("p4inv_last_residual")} for r in run.records()]
+    training_curves(curves, run.file("training"))

@@ -26,16 +26,16 @@ def test_backbone_dihedrals_match_mdtraj(md_frames, molecule):
     np.testing.assert_allclose(psi, direct[:, 1], atol=1e-6)
     assert phi.dtype == np.float64 and phi.shape == (200,)
     assert np.all(np.abs(phi) <= np.pi) and np.all(np.abs(psi) <= np.pi)
-    # A topology works as well as a Molecule, and a single frame as well as a batch.
-    phi_one, _ = analysis.backbone_dihedrals(frames[0], molecule.topology)
+    # A single frame works as well as a batch.
+    phi_one, _ = analysis.backbone_dihedrals(frames[0], molecule)
     assert phi_one[0] == pytest.approx(phi[0])
 
 
 def test_backbone_dihedrals_reject_bad_shape(molecule):
     with pytest.raises(InputError, match="xyz must have shape"):
         analysis.backbone_dihedrals(np.zeros((3, 21, 3)), molecule)
-    with pytest.raises(InputError, match="Molecule or mdtraj.Topology"):
-        analysis.backbone_dihedrals(np.zeros((3, 22, 3)), "not a topology")
+    with pytest.raises(InputError, match="expected a bgp4 Molecule"):
+        analysis.backbone_dihedrals(np.zeros((3, 22, 3)), molecule.topology)
 
 
 def test_energy_shift_and_low_energy_fraction():

@@ -67,10 +67,10 @@ def test_swap():
 
 def test_parameter_counts_at_paper_size(molecule):
     # the paper's 60-dim setup; with every constrained bond fixed (48 dims, the default) the same nets are narrower
-    assert n_parameters(build_generator("rnvp", molecule=molecule)) == 662_450
-    assert n_parameters(build_generator("p4inv", molecule=molecule)) == 669_650
-    assert n_parameters(build_generator("rnvp", molecule=molecule, fix_constrained=False)) == 735_050
-    p4 = build_generator("p4inv", molecule=molecule, fix_constrained=False)
+    assert n_parameters(build_generator("rnvp", molecule=molecule, shell=True)) == 662_450
+    assert n_parameters(build_generator("p4inv", molecule=molecule, shell=True)) == 669_650
+    assert n_parameters(build_generator("rnvp", molecule=molecule, fix_constrained=False, shell=True)) == 735_050
+    p4 = build_generator("p4inv", molecule=molecule, fix_constrained=False, shell=True)
     assert n_parameters(p4) == 744_050
     linears = [m for m in p4.flow.layers if isinstance(m, P4InvLinear)]
     assert len(linears) == 50
@@ -121,7 +121,7 @@ def test_save_load_round_trip(kind, frames, molecule, tmp_path):
     model.save(path)
     loaded = load_generator(path)
     assert loaded.config == model.config == {"kind": kind, "blocks": 2, "hidden": 60, "fix_constrained": True,
-                                             "n_dims": 48}
+                                             "n_dims": 48, "molecule": molecule.name}
     assert torch.equal(loaded.log_prob(frames[:64]), model.log_prob(frames[:64]))
     with pytest.raises(InputError):
         load_generator(tmp_path / "missing.pt")
@@ -149,9 +149,24 @@ def test_fix_constrained_generator(frames, molecule):
 
 def test_bad_kind(molecule):
     with pytest.raises(InputError):
-        build_generator("glow", molecule=molecule)
+        build_generator("glow", molecule=molecule, shell=True)
     with pytest.raises(InputError):
-        build_generator("rnvp", blocks=-1, molecule=molecule)
+        build_generator("rnvp", blocks=-1, molecule=molecule, shell=True)
+
+
+def test_unfitted_generator_needs_shell(molecule):
+    with pytest.raises(InputError, match="shell=True"):
+        build_generator("rnvp", molecule=molecule)
+    shell = build_generator("rnvp", molecule=molecule, shell=True)
+    assert shell.config["molecule"] == molecule.name == shell.molecule_name
+
+
+def test_saved_generator_knows_its_molecule(frames, molecule, tmp_path):
+    path = tmp_path / "model.pt"
+    build_generator("rnvp", frames, molecule, blocks=1).save(path)
+    loaded = load_generator(path)
+    assert loaded.molecule_name == molecule.name
+    assert loaded.molecule().n_atoms == molecule.n_atoms
 
 
 def test_damaged_model_file_is_refused_cleanly(frames, molecule, tmp_path):

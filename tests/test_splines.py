@@ -136,8 +136,8 @@ def test_log_prob_is_continuous_when_a_torsion_crosses_pi(spline_models, md_fram
 
 
 def test_parameter_counts(molecule):
-    spline = build_generator("spline", molecule=molecule)
-    both = build_generator("spline-p4inv", molecule=molecule)
+    spline = build_generator("spline", molecule=molecule, shell=True)
+    both = build_generator("spline-p4inv", molecule=molecule, shell=True)
     assert spline.config["blocks"] == 6 and spline.config["hidden"] == 256 and spline.config["bins"] == 8
     couplings = [m for m in spline.flow.layers if isinstance(m, MaskedCoupling)]
     assert len(couplings) == 12

@@ -163,7 +163,7 @@ def test_compiled_likelihood_matches_eager_through_p4inv_merges(md_file, tmp_pat
     settings = TrainSettings(data=str(md_file), model="p4inv", compile="on", merge_every=2, **TINY).validated()
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
-    trainer = Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    trainer = Trainer(settings, run, load_trajectory(settings.data))
     graphs, autograd = counters["stats"]["unique_graphs"], counters["aot_autograd"]["ok"]
     breaks = sum(counters["graph_break"].values())
     trainer._compile(progress=False)
@@ -190,7 +190,7 @@ def test_failed_compile_falls_back_to_eager(md_file, tmp_path, monkeypatch, caps
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
     settings = TrainSettings(data=str(md_file), model="p4inv", compile="on", **TINY).validated()
-    trainer = Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    trainer = Trainer(settings, run, load_trajectory(settings.data))
     trainer._compile(progress=False)
     assert not trainer.compiled and trainer.batch_nll == trainer._nll
     assert "torch.compile failed (RuntimeError: no C++ compiler found); training without it" in capsys.readouterr().err
@@ -204,7 +204,7 @@ def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
     settings = TrainSettings(data=str(md_file), model="rnvp", **TINY).validated()
-    trainer = Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    trainer = Trainer(settings, run, load_trajectory(settings.data))
     trainer._compile(progress=False)
     assert not trainer.compiled and trainer.batch_nll == trainer._nll
 
@@ -281,7 +281,43 @@ def _tiny_trainer(md_file, tmp_path, **overrides):
     settings = TrainSettings(data=str(md_file), **{**TINY, "blocks": 1, "hidden": 8, "compile": "off", **overrides}).validated()
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
-    return Trainer(settings, run, load_trajectory(settings.data, n_atoms=22))
+    return Trainer(settings, run, load_trajectory(settings.data))
+
+
+def test_likelihood_loss_is_minus_log_q_on_a_toy_generator(md_file, tmp_path):
+    from bgp4.train import likelihood_loss
+
+    trainer = _tiny_trainer(md_file, tmp_path, model="rnvp")
+    x = torch.as_tensor(trainer.bg.sample(16).x.detach())
+    y, logdet = trainer.bg.flow_coordinates(x)
+    np.testing.assert_allclose(likelihood_loss(trainer.bg, y, logdet).detach(), -trainer.bg.log_prob(x).detach(), rtol=1e-5, atol=1e-3)
+
+
+def test_penalty_weight_adds_the_p4inv_bound_penalty(md_file, tmp_path):
+    from bgp4.train import p4inv_penalty
+
+    trainer = _tiny_trainer(md_file, tmp_path, model="p4inv", penalty_weight=2.0, energy_steps=0)
+    assert trainer.p4inv_layers and float(p4inv_penalty(trainer.p4inv_layers).detach()) == 0.0  # inside the bounds at the start
+    with torch.no_grad():  # push one layer's log|det A| far above its merge bound
+        layer = trainer.p4inv_layers[0]
+        layer.logabsdet += 100.0
+    loss, info = trainer._loss(None)
+    plain = trainer.batch_nll(*[t[:1] for t in trainer.train_y])  # any finite reference
+    assert info["p4inv_penalty"] > 0 and torch.isfinite(loss) and torch.isfinite(plain).all()
+    assert loss.item() == pytest.approx(info["train_nll"] + 2.0 * info["p4inv_penalty"], rel=1e-5)
+    with pytest.raises(InputError, match="penalty-weight"):
+        TrainSettings(penalty_weight=-1.0).validated()
+
+
+def test_settings_missing_from_an_older_run_count_as_defaults():
+    from dataclasses import asdict
+
+    from bgp4.config import changed_settings
+
+    current = asdict(TrainSettings())
+    older = {k: v for k, v in current.items() if k != "penalty_weight"}
+    assert changed_settings(older, current) == []
+    assert changed_settings(older, {**current, "penalty_weight": 0.1}) == ["penalty_weight"]
 
 
 def test_non_finite_loss_or_gradient_skips_the_step(md_file, tmp_path):
