@@ -312,10 +312,14 @@ def sweep(
     chosen = PRESETS[preset] if preset else {"md": {}, "train": {}, "sample": {}}
     config = settings.pop("config", None)
     flags = {("compile" if k == "compile_mode" else k): v for k, v in settings.items()}
-    base = merge_settings(TrainSettings, {**chosen["train"], **(read_config_file(config) if config else {})}, flags)
+    from_file = read_config_file(config) if config else {}
+    base = merge_settings(TrainSettings, {**chosen["train"], **from_file}, flags)
+    # a preset's per-kind sizes sit between its common settings and the user's file and flags
+    by_model = {m: merge_settings(TrainSettings, {**chosen["train"], **own, **from_file}, flags)
+                for m, own in chosen.get("by_model", {}).items()}
     n_samples = samples if samples is not None else chosen["sample"].get("n", _default(_SAMPLE, "n"))
     plan = plan_sweep(out, data, [m.strip() for m in models.split(",") if m.strip()], seeds, base, n_samples,
-                      threads_per_run=threads_per_run, gpus_per_run=gpus_per_run, md=chosen["md"])
+                      threads_per_run=threads_per_run, gpus_per_run=gpus_per_run, md=chosen["md"], by_model=by_model)
     run_sweep(plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo)
 
 

@@ -98,11 +98,12 @@ def run_name(model: str, seed: int) -> str:
 
 def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: int, base: TrainSettings,
                samples: int, sample_batch: int = 10_000, threads_per_run: int = 1, gpus_per_run: float = 0.0,
-               md: dict[str, Any] | None = None) -> SweepPlan:
+               md: dict[str, Any] | None = None, by_model: dict[str, TrainSettings] | None = None) -> SweepPlan:
     """Check every input and build the runs; raises InputError (and touches nothing) on bad input.
 
     `base` holds the train settings shared by all runs (its model and seed are replaced per run);
-    `md` are the MD settings used when `data` does not exist yet.
+    `by_model` replaces `base` for the models it names (a preset's per-kind sizes); `md` are the
+    MD settings used when `data` does not exist yet.
     """
     if not models:
         raise InputError("--models needs at least one model")
@@ -140,8 +141,11 @@ def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: in
     seeds = tuple(range(n_seeds))
     runs = []
     for model in models:
+        own = (by_model or {}).get(model, base)
+        if own.device == "auto":
+            own = dataclasses.replace(own, device=base.device)
         for seed in seeds:
-            settings = dataclasses.replace(base, data=str(data), model=model, seed=seed, workers=base.workers or threads_per_run)
+            settings = dataclasses.replace(own, data=str(data), model=model, seed=seed, workers=own.workers or threads_per_run)
             train = json.loads(json.dumps(asdict(settings.validated())))
             sample = asdict(SampleSettings(n=samples, batch=sample_batch, device=settings.device, seed=seed,
                                            workers=settings.workers).validated())

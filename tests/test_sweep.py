@@ -117,6 +117,14 @@ def test_plan_validates_models_seeds_and_existing_runs(data_file, tmp_path):
         plan_sweep(tmp_path / "s", data_file, list(MODELS), 2, base, 100)
 
 
+def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
+    base = TrainSettings(steps=10)
+    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "spline"], 1, base, 100,
+                      by_model={"spline": TrainSettings(steps=7, batch=32)})
+    steps = {r.model: (r.train["steps"], r.train["batch"], r.train["device"]) for r in plan.runs}
+    assert steps == {"rnvp": (10, 256, "cpu"), "spline": (7, 32, "cpu")}
+
+
 @pytest.mark.parametrize("args, message", [
     (["--models", "rnvp,nonsense"], "unknown model"),
     (["--seeds", "0"], "--seeds"),
