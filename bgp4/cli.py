@@ -199,11 +199,11 @@ def sample(
     Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
     """
     from bgp4.report import format_number
-    from bgp4.sample import RefineSettings, SampleSettings, refine_run, sample_run
+    from bgp4.sample import refine_run, sample_run
 
     settings = SampleSettings(n=n, batch=batch, device=device, seed=seed, workers=workers).validated()
     if refine is not None:  # refused before anything is written
-        refinement = RefineSettings(refine, refine_steps, refine_leapfrog, resample_ess).validated()
+        refinement = RefineSettings(levels=refine, steps=refine_steps, leapfrog=refine_leapfrog, resample_ess=resample_ess).validated()
     summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet, temperature=temperature)
     typer.echo(
         f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "

@@ -9,7 +9,6 @@ internal-coordinate domain, whose log q is not trustworthy), `finite` and `in_do
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,6 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from bgp4._io import atomic_write
 from bgp4.config import RefineSettings, SampleSettings  # noqa: F401 - part of this module's API
 from bgp4.errors import InputError
 from bgp4.platform import resolve_device
@@ -133,9 +133,11 @@ def refined_path(samples_path: str | Path) -> Path:
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)  # a kill never leaves half a state file
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a name
+            np.savez(f, **arrays)
+
+    atomic_write(path, write)  # a kill never leaves half a state file
 
 
 def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSettings,
@@ -199,9 +201,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
             sizes, pilot_evals = tune_step_sizes(target, betas, r.steps, r.leapfrog, n=min(r.pilot, s.n),
                                                  seed=s.seed + 1)
             plan = {"record": record, "step_sizes": sizes.tolist(), "pilot_evals": pilot_evals}
-            tmp = plan_file.with_name("plan.json.tmp")
-            tmp.write_text(json.dumps(plan))
-            os.replace(tmp, plan_file)
+            atomic_write(plan_file, json.dumps(plan))
         sizes = np.asarray(plan["step_sizes"], dtype=np.float64)
         batches = list(latent_batches(bg, s))
         per_batch = max(r.levels, 1)

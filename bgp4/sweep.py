@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from bgp4._io import atomic_write
 from bgp4.config import MODELS, TrainSettings
 from bgp4.errors import Bgp4Error, InputError
 
@@ -254,9 +255,7 @@ def _run_stages(spec: RunSpec) -> dict[str, Any]:
             say("analyze: metrics in report/metrics.json")
         wall = time.perf_counter() - started
         payload = {"train": spec.train, "sample": spec.sample, "host": socket.gethostname(), "task_wall_s": round(wall, 2)}
-        tmp = run / (DONE_FILE + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=1))
-        os.replace(tmp, run / DONE_FILE)
+        atomic_write(run / DONE_FILE, json.dumps(payload, indent=1))
         say(f"task finished in {wall:.1f} s")
     return {"run": spec.name, "trained": trained, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
 
