@@ -38,6 +38,8 @@ def test_short_run_file_loads_with_settings(short_run, molecule):
     data = load_trajectory(out, 22, extras=("replica",))
     assert np.bincount(data.extras["replica"]).tolist() == [751, 750]
     assert np.unique(data.xyz.reshape(1501, -1), axis=0).shape[0] == 1501
+    # the file names its molecule, and every later stage looks it up from there
+    assert stored["molecule"] == molecule.name and data.molecule().name == molecule.name
 
 
 def test_stored_energies_match_openmm(short_run, molecule):
@@ -108,6 +110,7 @@ def test_partial_run_with_other_settings_is_refused(tmp_path):
         (["--temperature", "-5"], "--temperature"),
         (["--platform", "Nope"], "unknown platform"),
         (["--save-every", "0"], "--save-every"),
+        (["--molecule", "benzene"], "unknown molecule"),
     ],
 )
 def test_bad_input_is_refused_cleanly(tmp_path, args, message):

@@ -2,7 +2,8 @@ import numpy as np
 import openmm
 import pytest
 
-from bgp4.molecule import PHI, PSI, alanine_dipeptide, constrained_bonds, kT
+from bgp4.errors import InputError
+from bgp4.molecule import PHI, PSI, alanine_dipeptide, constrained_bonds, get_molecule, kT, molecule_of
 
 
 def test_pdb_energy_matches_reference(molecule):
@@ -35,3 +36,13 @@ def test_z_matrix_references_placed_before_use(molecule):
 def test_kT_at_600K():
     assert kT(600.0) == pytest.approx(4.98868, abs=1e-5)
     assert alanine_dipeptide().kT(300.0) == pytest.approx(kT(300.0))
+
+
+def test_molecules_are_looked_up_by_the_name_files_record(molecule):
+    assert get_molecule().name == get_molecule(molecule.name).name == molecule.name
+    assert molecule_of({}).name == molecule.name  # plain files and older versions: the default
+    assert molecule_of({"molecule": molecule.name}, n_atoms=22).n_atoms == 22
+    with pytest.raises(InputError, match="unknown molecule"):
+        get_molecule("benzene")
+    with pytest.raises(InputError, match="21 atoms per frame, expected 22"):
+        molecule_of({}, n_atoms=21, source="x.h5")
