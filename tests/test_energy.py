@@ -14,7 +14,7 @@ import openmm
 import pytest
 import torch
 
-from bgp4 import energy as energy_module
+from bgp4 import _energy_pool
 from bgp4.energy import OpenMMEnergy, regularize_energy
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.molecule import kT
@@ -197,14 +197,14 @@ def test_killed_worker_is_replaced(molecule, frames):
 
 
 def die_mid_request(worker, frames, want_forces):
-    """Stand-in for _Worker.send: only the header goes out, then the worker is killed (it cannot have replied)."""
-    worker._write(energy_module._HEADER.pack(len(frames), int(want_forces)))
+    """Stand-in for Worker.send: only the header goes out, then the worker is killed (it cannot have replied)."""
+    worker._write(_energy_pool.HEADER.pack(len(frames), int(want_forces)))
     worker.proc.kill()
     worker.proc.wait()
 
 
 def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
-    real_send, deaths = energy_module._Worker.send, []
+    real_send, deaths = _energy_pool.Worker.send, []
 
     def die_once(worker, chunk, want_forces):
         if not deaths:
@@ -214,7 +214,7 @@ def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
 
     with OpenMMEnergy(molecule.system, 600.0, n_workers=2) as energy:
         expected = energy.energy_and_forces_kjmol(frames)
-        monkeypatch.setattr(energy_module._Worker, "send", die_once)
+        monkeypatch.setattr(_energy_pool.Worker, "send", die_once)
         got = energy.energy_and_forces_kjmol(frames)
         assert len(deaths) == 1 and deaths[0] not in energy.worker_pids and len(energy.worker_pids) == 2
         np.testing.assert_array_equal(got[0], expected[0])
@@ -223,7 +223,7 @@ def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
 
 def test_worker_dying_twice_raises_bgp4_error(molecule, frames, monkeypatch):
     with OpenMMEnergy(molecule.system, 600.0, n_workers=1) as energy:
-        monkeypatch.setattr(energy_module._Worker, "send", die_mid_request)
+        monkeypatch.setattr(_energy_pool.Worker, "send", die_mid_request)
         with pytest.raises(Bgp4Error, match="died twice"):
             energy.energies_kjmol(frames[:10])
         monkeypatch.undo()
