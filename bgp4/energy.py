@@ -1,11 +1,17 @@
-"""OpenMM energies and forces as a differentiable torch function, spread over worker processes.
+"""OpenMM energies and forces as numpy arrays or as a differentiable torch function (u in kT).
 
-Units at the boundary: positions in nm; `energy`/`energy_and_forces` return reduced energies
-u = U/kT (kT in kJ/mol at the given temperature) and forces in kT/nm; `energies_kjmol` returns
-plain kJ/mol. A sample that cannot be evaluated (NaN/inf or huge coordinates, overlapping atoms,
-a non-finite OpenMM result, an OpenMM exception) gets energy +inf and zero force.
+`OpenMMEnergy` method names say what they take and return. Every method takes positions in nm,
+shape (n, n_atoms, 3) or (n, 3 n_atoms):
 
-The worker processes that run OpenMM, and their pool, live in `bgp4._energy_pool`.
+    energies_kjmol(x)             numpy -> energies (n,) kJ/mol
+    energies_forces_kjmol(x)      numpy -> energies (n,) kJ/mol, forces (n, n_atoms, 3) kJ/mol/nm
+    reduced_energies_forces(x)    numpy -> energies (n,) kT, forces (n, n_atoms, 3) kT/nm
+    reduced_energy(x)             torch -> energies (n,) kT, differentiable (du/dx = -F/kT)
+    regularized_reduced_energy(x) torch -> `regularize_energy` of the above, safe for losses
+
+kT is k_B T in kJ/mol at the object's temperature. A sample that cannot be evaluated (NaN/inf or
+huge coordinates, overlapping atoms, a non-finite OpenMM result, an OpenMM exception) gets energy
++inf and zero force. The worker processes that run OpenMM live in `bgp4._energy_pool`.
 """
 from __future__ import annotations
 
@@ -88,6 +94,11 @@ class OpenMMEnergy:
         n_workers: worker processes (default `os.cpu_count()`); always 1 on CUDA/OpenCL.
         platform: OpenMM platform name as for `bgp4.platform.get_platform` ("auto" -> Reference).
 
+    Method names (table in the module docstring): plural `energies...` names take and return numpy arrays, the
+    `..._kjmol` ones in kJ/mol and `reduced_...` ones in kT; singular `..._energy` names take and
+    return torch tensors and are differentiable. Positions are always nm, (n, n_atoms, 3) or
+    (n, 3 n_atoms).
+
     Use as a context manager or call `close()`; leftover workers are also stopped when the object
     is collected, at interpreter exit, and (on Linux) when the parent dies.
     """
@@ -164,32 +175,44 @@ class OpenMMEnergy:
         return energies, forces
 
     def energies_kjmol(self, x: np.ndarray) -> np.ndarray:
-        """Potential energies (B,) in kJ/mol of frames (B, 3 n_atoms) or (B, n_atoms, 3) in nm; +inf where invalid."""
+        """Potential energies (n,) in kJ/mol of frames x (n, n_atoms, 3) or (n, 3 n_atoms) in nm (numpy).
+
+        float64; +inf where invalid.
+        """
         return self._evaluate(x, want_forces=False)[0]
 
-    def energy_and_forces_kjmol(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Energies (B,) in kJ/mol and forces (B, n_atoms, 3) in kJ/mol/nm of frames in nm."""
+    def energies_forces_kjmol(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(energies (n,) kJ/mol, forces (n, n_atoms, 3) kJ/mol/nm) of frames x (n, n_atoms, 3) nm (numpy).
+
+        float64; energy +inf and force 0 where invalid.
+        """
         return self._evaluate(x, want_forces=True)
 
-    def energy_and_forces(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Reduced energies (B,) in kT and forces (B, n_atoms, 3) in kT/nm of frames in nm."""
+    def reduced_energies_forces(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(energies (n,) kT, forces (n, n_atoms, 3) kT/nm) of frames x (n, n_atoms, 3) nm (numpy).
+
+        float64; energy +inf and force 0 where invalid.
+        """
         return self._reduced(x, want_forces=True)
 
-    def energy(self, x: torch.Tensor) -> torch.Tensor:
-        """Reduced energies u = U/kT, shape (B,), of x (B, 3 n_atoms) or (B, n_atoms, 3) in nm.
+    def reduced_energy(self, x: torch.Tensor) -> torch.Tensor:
+        """Reduced energies u = U/kT (n,) of x (n, n_atoms, 3) or (n, 3 n_atoms) in nm (torch).
 
         Same device and dtype as x; differentiable (du/dx = -F/kT in 1/nm); +inf where invalid.
         """
         if not isinstance(x, torch.Tensor):
-            raise InputError(f"energy() takes a torch tensor, got {type(x).__name__}; use energies_kjmol for numpy")
+            raise InputError(f"reduced_energy() takes a torch tensor, got {type(x).__name__}; "
+                             "use energies_kjmol or reduced_energies_forces for numpy")
         self._check(tuple(x.shape), x.is_floating_point())
         return _ReducedEnergy.apply(x, self)
 
-    __call__ = energy
+    def regularized_reduced_energy(self, x: torch.Tensor, high: float = 1e3,
+                                   max: float = 1e9) -> torch.Tensor:  # noqa: A002
+        """`regularize_energy(self.reduced_energy(x), high, max)`: (n,) kT from x (n, n_atoms, 3) nm (torch).
 
-    def regularized(self, x: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
-        """`regularize_energy(self.energy(x), high, max)`: reduced energies (B,) in kT, safe for losses."""
-        return regularize_energy(self.energy(x), high=high, max=max)
+        Differentiable and finite (at most `max`), safe for losses.
+        """
+        return regularize_energy(self.reduced_energy(x), high=high, max=max)
 
     @property
     def worker_pids(self) -> list[int]:

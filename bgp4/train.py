@@ -178,7 +178,7 @@ class Trainer:
         if self.phase == "ml":
             return nll, {"train_nll": float(nll.detach())}
         x, log_q, ok, _ = self.bg.sample(self.s.batch, generator=self.sample_gen)
-        raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
+        raw = energy.reduced_energy(x)  # kT; +inf where OpenMM could not evaluate
         self.energy_evaluations += int(x.shape[0])
         return energy_phase_loss(nll, raw, log_q, ok, self.s.energy_weight)
 
