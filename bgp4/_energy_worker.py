@@ -3,7 +3,8 @@
 Run as `python -m bgp4._energy_worker PLATFORM PROPS_JSON PARENT_PID DIE_WITH_PARENT`. This module
 must import only the standard library, numpy and openmm -- never torch or the rest of bgp4 (and
 `bgp4/__init__.py` must stay free of heavy imports, since `-m` imports it first) -- so a worker
-starts in a few tenths of a second and never re-runs the caller's `__main__`.
+starts in a few tenths of a second and never re-runs the caller's `__main__`. The parent side
+(start, scheduling, restarts) is `bgp4._energy_pool`.
 
 Protocol (little endian, over stdin/stdout pipes): the parent sends the system XML (int64 length +
 bytes); the worker answers int64 0 when ready, or int64 n + n bytes of error text. Then requests:

@@ -1,51 +1,37 @@
-"""OpenMM energies and forces as a differentiable torch function, spread over worker processes.
+"""OpenMM energies and forces as numpy arrays or as a differentiable torch function (u in kT).
 
-Units at the boundary: positions in nm; `energy`/`energy_and_forces` return reduced energies
-u = U/kT (kT in kJ/mol at the given temperature) and forces in kT/nm; `energies_kjmol` returns
-plain kJ/mol. A sample that cannot be evaluated (NaN/inf or huge coordinates, overlapping atoms,
-a non-finite OpenMM result, an OpenMM exception) gets energy +inf and zero force.
+`OpenMMEnergy` method names say what they take and return. Every method takes positions in nm,
+shape (n, n_atoms, 3) or (n, 3 n_atoms):
 
-Workers are fresh interpreters running `python -m bgp4._energy_worker` (protocol described there),
-which imports numpy and openmm but never torch or the rest of bgp4: they start in about 0.3 s and
-never re-run the caller's `__main__`, as multiprocessing's spawn would. Frames travel as float64
-bytes over pipes and the per-frame loop runs entirely inside the worker.
+    energies_kjmol(x)             numpy -> energies (n,) kJ/mol
+    energies_forces_kjmol(x)      numpy -> energies (n,) kJ/mol, forces (n, n_atoms, 3) kJ/mol/nm
+    reduced_energies_forces(x)    numpy -> energies (n,) kT, forces (n, n_atoms, 3) kT/nm
+    reduced_energy(x)             torch -> energies (n,) kT, differentiable (du/dx = -F/kT)
+    regularized_reduced_energy(x) torch -> `regularize_energy` of the above, safe for losses
+
+kT is k_B T in kJ/mol at the object's temperature. A sample that cannot be evaluated (NaN/inf or
+huge coordinates, overlapping atoms, a non-finite OpenMM result, an OpenMM exception) gets energy
++inf and zero force. The worker processes that run OpenMM live in `bgp4._energy_pool`.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
-import select
-import subprocess
-import sys
-import threading
 import weakref
-from collections import deque
-from pathlib import Path
 
 import numpy as np
 import openmm
 import torch
 
-from bgp4._energy_worker import HEADER as _HEADER, LENGTH as _LENGTH
+from bgp4._energy_pool import Pool
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.molecule import kT as thermal_energy
 from bgp4.platform import get_platform
 
+__all__ = ["MAX_ABS_COORDINATE_NM", "OpenMMEnergy", "regularize_energy"]
+
 #: Coordinates beyond this many nm are treated as absurd (+inf energy) without calling OpenMM.
 MAX_ABS_COORDINATE_NM = 1.0e4
 _GPU_PLATFORMS = ("CUDA", "OpenCL")
-
-
-def _worker_command(platform_name: str, props: dict[str, str], die_with_parent: bool) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of one worker; it imports this very bgp4, whatever the cwd, sys.path or install mode."""
-    safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # keeps the cwd (and any bgp4/ there) off its sys.path
-    argv = [sys.executable, *safe_path, "-m", "bgp4._energy_worker", platform_name, json.dumps(props),
-            str(os.getpid()), "01"[die_with_parent]]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p)
-    return argv, env
 
 
 def regularize_energy(u: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
@@ -59,177 +45,6 @@ def regularize_energy(u: torch.Tensor, high: float = 1e3, max: float = 1e9) -> t
     # log1p of the clamped excess keeps the unused branch finite, so torch.where never mixes NaN gradients.
     soft = high + torch.log1p(torch.clamp(u - high, min=0.0))
     return torch.clamp(torch.where(u > high, soft, u), max=max)
-
-
-class _WorkerDied(Exception):
-    """A worker's pipe broke (the process died or was killed)."""
-
-
-class _Worker:
-    """Parent-side handle of one worker process: Popen plus raw pipe fds."""
-
-    def __init__(self, xml: bytes, platform_name: str, props: dict[str, str]) -> None:
-        # PR_SET_PDEATHSIG fires when the creating *thread* exits, so only ask for it from the main thread.
-        main_thread = threading.current_thread() is threading.main_thread()
-        argv, env = _worker_command(platform_name, props, main_thread)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-                                     env=env)
-        self.pid = self.proc.pid
-        self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
-        for fd in (self.in_fd, self.out_fd):  # 1 MiB pipes: a chunk crosses in one write, not 64 KiB steps
-            with contextlib.suppress(OSError, AttributeError):
-                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-        with contextlib.suppress(_WorkerDied):  # a worker that died at once is reported by wait_ready
-            self._write(_LENGTH.pack(len(xml)) + xml)
-
-    def wait_ready(self) -> None:
-        """Block until the worker has built its Context; Bgp4Error (worker killed) if it could not."""
-        size, message = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
-        try:
-            self._readinto(size)
-            message = np.zeros(int(size[0]), dtype=np.uint8)
-            self._readinto(message)
-        except _WorkerDied:
-            size[0] = -1
-        if size[0]:
-            text = message.tobytes().decode(errors="replace") or f"it died (exit code {self.kill()})"
-            self.kill()
-            raise Bgp4Error(f"OpenMM energy worker failed to start: {text}")
-
-    def send(self, frames: np.ndarray, want_forces: bool) -> None:
-        """Send (n, n_atoms, 3) float64 C-contiguous frames in nm."""
-        self._write(_HEADER.pack(len(frames), int(want_forces)))
-        self._write(frames.data)
-
-    def receive_into(self, energies: np.ndarray, forces: np.ndarray | None) -> None:
-        """Read one reply straight into contiguous float64 slices (kJ/mol, kJ/mol/nm)."""
-        self._readinto(energies)
-        if forces is not None:
-            self._readinto(forces)
-
-    def _write(self, data: bytes | memoryview) -> None:
-        view = memoryview(data).cast("B")
-        try:
-            while len(view):
-                view = view[os.write(self.in_fd, view):]
-        except OSError:  # BrokenPipeError, or the fd already closed
-            raise _WorkerDied from None
-
-    def _readinto(self, array: np.ndarray) -> None:
-        view, got = memoryview(array).cast("B"), 0
-        while got < len(view):
-            k = os.readv(self.out_fd, [view[got:]])
-            if k == 0:
-                raise _WorkerDied
-            got += k
-
-    def kill(self) -> int:
-        """SIGKILL (if still running), reap, close the pipes; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
-        return self.proc.wait()
-
-
-class _Pool:
-    """Worker slots, dynamic chunk scheduling, replacement of dead workers (one retry per chunk)."""
-
-    def __init__(self, xml: bytes, platform_name: str, props: dict[str, str], n_workers: int) -> None:
-        self.spec = (xml, platform_name, props)
-        self.slots: list[_Worker | None] = [None] * n_workers
-        self.lock = threading.Lock()
-        self.closed = False
-        self.owner = os.getpid()  # a forked child inherits this object but must never drive or kill the workers
-
-    def start(self, slots: list[int]) -> None:
-        """Start workers in the empty `slots`, all at once, and wait until each is ready."""
-        fresh = {i: _Worker(*self.spec) for i in slots if self.slots[i] is None}
-        try:
-            for worker in fresh.values():
-                worker.wait_ready()
-        except BaseException:
-            for worker in fresh.values():
-                worker.kill()
-            raise
-        for i, worker in fresh.items():
-            self.slots[i] = worker
-
-    def run(self, frames: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """(n, n_atoms, 3) float64 nm -> energies (n,) kJ/mol and forces (n, n_atoms, 3) kJ/mol/nm or None."""
-        with self.lock:
-            if self.closed:
-                raise Bgp4Error("OpenMMEnergy is closed")
-            if os.getpid() != self.owner:
-                raise Bgp4Error("OpenMMEnergy cannot be used in a forked child process; create one there")
-            return self._run(frames, want_forces)
-
-    def _run(self, frames: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        n, n_slots = len(frames), len(self.slots)
-        energies = np.empty(n)
-        forces = np.empty(frames.shape) if want_forces else None
-        # Guided scheduling: chunks shrink as the batch drains (to >= 64 frames, a few ms), so a
-        # worker slowed by other programs never leaves the other waiting long; small batches are
-        # split evenly. Retried chunks go first.
-        pending: deque[tuple[int, int]] = deque()
-        retried: set[tuple[int, int]] = set()
-        busy: dict[int, tuple[int, int]] = {}  # slot -> chunk in flight (one at a time: no pipe deadlock)
-        cut = 0  # frames [0, cut) have been handed out
-        try:
-            while pending or cut < n or busy:
-                idle = [i for i in range(n_slots) if i not in busy]
-                self.start(idle)
-                for i in idle:
-                    if pending:
-                        busy[i] = pending.popleft()
-                    elif cut < n:
-                        size = -(-n // n_slots) if n <= 128 * n_slots else max(64, -(-(n - cut) // (2 * n_slots)))
-                        busy[i], cut = (cut, min(cut + size, n)), min(cut + size, n)
-                    else:
-                        break
-                    try:
-                        self.slots[i].send(frames[busy[i][0]:busy[i][1]], want_forces)
-                    except _WorkerDied:
-                        self._failed(i, busy.pop(i), pending, retried)
-                by_fd = {self.slots[i].out_fd: i for i in busy}
-                for fd in select.select(list(by_fd), [], [])[0] if by_fd else []:
-                    i = by_fd[fd]
-                    a, b = busy.pop(i)
-                    try:
-                        self.slots[i].receive_into(energies[a:b], forces[a:b] if want_forces else None)
-                    except _WorkerDied:
-                        self._failed(i, (a, b), pending, retried)
-        except BaseException:
-            # Interrupted (e.g. Ctrl-C) or failed: replies still in flight would desynchronize
-            # the pipes, so busy workers are killed; empty slots restart on the next call.
-            for i in busy:
-                self._discard(i)
-            raise
-        return energies, forces
-
-    def _failed(self, slot: int, chunk: tuple[int, int], pending: deque, retried: set) -> None:
-        exit_code = self._discard(slot)
-        if chunk in retried:
-            raise Bgp4Error(f"OpenMM energy worker died twice on frames {chunk[0]}:{chunk[1]} (exit code {exit_code})")
-        retried.add(chunk)
-        pending.appendleft(chunk)
-
-    def _discard(self, slot: int) -> int | None:
-        worker, self.slots[slot] = self.slots[slot], None
-        return None if worker is None else worker.kill()
-
-    def close(self) -> None:
-        """Stop all workers (idempotent); safe to call from a finalizer at interpreter exit."""
-        self.closed = True
-        workers, self.slots = [w for w in self.slots if w is not None], [None] * len(self.slots)
-        if os.getpid() != self.owner:
-            return
-        for worker in workers:
-            worker.proc.stdin.close()  # the worker exits on EOF; all EOFs first, so they exit in parallel
-        for worker in workers:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                worker.proc.wait(2.0)
-            worker.kill()  # reaps it, and kills one that lingers
 
 
 def _to_numpy(x: torch.Tensor) -> np.ndarray:
@@ -279,6 +94,11 @@ class OpenMMEnergy:
         n_workers: worker processes (default `os.cpu_count()`); always 1 on CUDA/OpenCL.
         platform: OpenMM platform name as for `bgp4.platform.get_platform` ("auto" -> Reference).
 
+    Method names (table in the module docstring): plural `energies...` names take and return numpy arrays, the
+    `..._kjmol` ones in kJ/mol and `reduced_...` ones in kT; singular `..._energy` names take and
+    return torch tensors and are differentiable. Positions are always nm, (n, n_atoms, 3) or
+    (n, 3 n_atoms).
+
     Use as a context manager or call `close()`; leftover workers are also stopped when the object
     is collected, at interpreter exit, and (on Linux) when the parent dies.
     """
@@ -308,7 +128,7 @@ class OpenMMEnergy:
         self.n_workers: int = int(n_workers)
         self.n_nonfinite: int = 0
         self.last_nonfinite: int = 0
-        self._pool = _Pool(xml.encode(), self.platform, props, self.n_workers)
+        self._pool = Pool(xml.encode(), self.platform, props, self.n_workers)
         self._finalizer = weakref.finalize(self, self._pool.close)  # at collection and at exit
         self._pool.start(list(range(self.n_workers)))
 
@@ -347,6 +167,7 @@ class OpenMMEnergy:
         return energies, forces
 
     def _reduced(self, x: np.ndarray, want_forces: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """`_evaluate` divided by kT: energies (n,) kT and forces (n, n_atoms, 3) kT/nm or None."""
         energies, forces = self._evaluate(x, want_forces)
         energies /= self.kT  # in place: these arrays are ours
         if want_forces:
@@ -354,32 +175,44 @@ class OpenMMEnergy:
         return energies, forces
 
     def energies_kjmol(self, x: np.ndarray) -> np.ndarray:
-        """Potential energies (B,) in kJ/mol of frames (B, 3 n_atoms) or (B, n_atoms, 3) in nm; +inf where invalid."""
+        """Potential energies (n,) in kJ/mol of frames x (n, n_atoms, 3) or (n, 3 n_atoms) in nm (numpy).
+
+        float64; +inf where invalid.
+        """
         return self._evaluate(x, want_forces=False)[0]
 
-    def energy_and_forces_kjmol(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Energies (B,) in kJ/mol and forces (B, n_atoms, 3) in kJ/mol/nm of frames in nm."""
+    def energies_forces_kjmol(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(energies (n,) kJ/mol, forces (n, n_atoms, 3) kJ/mol/nm) of frames x (n, n_atoms, 3) nm (numpy).
+
+        float64; energy +inf and force 0 where invalid.
+        """
         return self._evaluate(x, want_forces=True)
 
-    def energy_and_forces(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Reduced energies (B,) in kT and forces (B, n_atoms, 3) in kT/nm of frames in nm."""
+    def reduced_energies_forces(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(energies (n,) kT, forces (n, n_atoms, 3) kT/nm) of frames x (n, n_atoms, 3) nm (numpy).
+
+        float64; energy +inf and force 0 where invalid.
+        """
         return self._reduced(x, want_forces=True)
 
-    def energy(self, x: torch.Tensor) -> torch.Tensor:
-        """Reduced energies u = U/kT, shape (B,), of x (B, 3 n_atoms) or (B, n_atoms, 3) in nm.
+    def reduced_energy(self, x: torch.Tensor) -> torch.Tensor:
+        """Reduced energies u = U/kT (n,) of x (n, n_atoms, 3) or (n, 3 n_atoms) in nm (torch).
 
         Same device and dtype as x; differentiable (du/dx = -F/kT in 1/nm); +inf where invalid.
         """
         if not isinstance(x, torch.Tensor):
-            raise InputError(f"energy() takes a torch tensor, got {type(x).__name__}; use energies_kjmol for numpy")
+            raise InputError(f"reduced_energy() takes a torch tensor, got {type(x).__name__}; "
+                             "use energies_kjmol or reduced_energies_forces for numpy")
         self._check(tuple(x.shape), x.is_floating_point())
         return _ReducedEnergy.apply(x, self)
 
-    __call__ = energy
+    def regularized_reduced_energy(self, x: torch.Tensor, high: float = 1e3,
+                                   max: float = 1e9) -> torch.Tensor:  # noqa: A002
+        """`regularize_energy(self.reduced_energy(x), high, max)`: (n,) kT from x (n, n_atoms, 3) nm (torch).
 
-    def regularized(self, x: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
-        """`regularize_energy(self.energy(x), high, max)`: reduced energies (B,) in kT, safe for losses."""
-        return regularize_energy(self.energy(x), high=high, max=max)
+        Differentiable and finite (at most `max`), safe for losses.
+        """
+        return regularize_energy(self.reduced_energy(x), high=high, max=max)
 
     @property
     def worker_pids(self) -> list[int]:

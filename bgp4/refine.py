@@ -116,7 +116,7 @@ class GeneratorTarget:
     def _ratio(self, z: torch.Tensor) -> tuple[torch.Tensor, dict]:
         s = self.bg.generate(z)
         # float64 positions give u in float64, as the raw samples' weights are computed
-        u = self.energy.energy(s.x.double())
+        u = self.energy.reduced_energy(s.x.double())
         r = -u - s.log_q.double()
         r = torch.where(s.ok, r, torch.full_like(r, -math.inf))
         return r, {"u": u, "log_q": s.log_q.double(), "ok": s.ok}

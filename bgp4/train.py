@@ -171,7 +171,7 @@ class Trainer:
             loss, info = nll, {"train_nll": float(nll.detach())}
         else:
             x, log_q, ok, _ = self.bg.sample(self.s.batch, generator=self.sample_gen)
-            raw = energy.energy(x)  # kT; +inf where OpenMM could not evaluate
+            raw = energy.reduced_energy(x)  # kT; +inf where OpenMM could not evaluate
             self.energy_evaluations += int(x.shape[0])
             loss, info = energy_phase_loss(nll, raw, log_q, ok, self.s.energy_weight)
         if self.s.penalty_weight > 0 and self.p4inv_layers:

@@ -37,6 +37,9 @@ LR = 1e-2
 BATCH = 256
 N_FORCE, N_CORRECT = 10, 50
 LOSS_TOL = 1e-6  # "converged": the batch loss first falls below this
+# Appendix A's penalty interval [C_min, C_max] = [-2, 15] for ln|G| and ln|G det A|, a little inside
+# the merge bounds that P4InvLinear.penalty() uses by default.
+PAPER_PENALTY_BOUNDS = {"c0_min": -2.0, "c0_max": 15.0, "c1_min": -2.0, "c1_max": 15.0}
 COLORS = ("black", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
 
 
@@ -135,7 +138,7 @@ def train(problem: Problem, method: Method, seed: int, eig_records: int = 60) ->
         loss = ((pred - y) ** 2).mean()
         losses[step] = loss.item()
         if scheduler and problem.penalty > 0:
-            loss = loss + problem.penalty * model.penalty()
+            loss = loss + problem.penalty * model.penalty(**PAPER_PENALTY_BOUNDS)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -14,7 +14,7 @@ import openmm
 import pytest
 import torch
 
-from bgp4 import energy as energy_module
+from bgp4 import _energy_pool
 from bgp4.energy import OpenMMEnergy, regularize_energy
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.molecule import kT
@@ -64,23 +64,23 @@ def wait_gone(pids: list[int], seconds: float = 5.0) -> bool:
 
 
 def test_matches_single_reference_context(bridge, molecule, frames, md_frames):
-    energies, forces = bridge.energy_and_forces_kjmol(frames)
+    energies, forces = bridge.energies_forces_kjmol(frames)
     ref_e, ref_f = direct(molecule, frames)
     np.testing.assert_allclose(energies, ref_e, rtol=1e-5, atol=1e-8)
     np.testing.assert_allclose(forces, ref_f, rtol=1e-5, atol=1e-6 * np.abs(ref_f).max())
     np.testing.assert_allclose(bridge.energies_kjmol(frames), ref_e, rtol=1e-5)
     np.testing.assert_allclose(bridge.energies_kjmol(frames), md_frames[1][::10][:300], rtol=1e-5, atol=1e-6)
-    u, f = bridge.energy_and_forces(frames)
+    u, f = bridge.reduced_energies_forces(frames)
     np.testing.assert_allclose(u, ref_e / kT(600.0), rtol=1e-12)
     np.testing.assert_allclose(f, ref_f / kT(600.0), rtol=1e-5, atol=1e-6 * np.abs(ref_f).max())
 
 
 def test_autograd_gradient_is_minus_force_over_kT(bridge, frames):
     x = torch.from_numpy(frames[:40].reshape(40, 66).copy()).requires_grad_(True)
-    u = bridge.energy(x)
+    u = bridge.reduced_energy(x)
     weights = torch.linspace(0.5, 2.0, 40, dtype=torch.float64)
     (weights * u).sum().backward()
-    _, forces = bridge.energy_and_forces(frames[:40])
+    _, forces = bridge.reduced_energies_forces(frames[:40])
     np.testing.assert_allclose(x.grad.numpy(), -weights.numpy()[:, None] * forces.reshape(40, 66), rtol=1e-10, atol=1e-10)
     # The sign and scale of the force really are the derivative of u: central differences on a few coordinates.
     h = 1e-6
@@ -88,7 +88,7 @@ def test_autograd_gradient_is_minus_force_over_kT(bridge, frames):
         plus, minus = frames[:1].copy(), frames[:1].copy()
         plus.reshape(66)[k] += h
         minus.reshape(66)[k] -= h
-        numeric = (bridge.energy_and_forces(plus)[0][0] - bridge.energy_and_forces(minus)[0][0]) / (2 * h)
+        numeric = (bridge.reduced_energies_forces(plus)[0][0] - bridge.reduced_energies_forces(minus)[0][0]) / (2 * h)
         assert numeric == pytest.approx(-forces[0].reshape(66)[k], rel=1e-4, abs=1e-3)
 
 
@@ -97,8 +97,8 @@ def test_units_are_kT_at_the_given_temperature(bridge, molecule, frames):
     with OpenMMEnergy(molecule.system_xml(), 300.0, n_workers=1) as cold:
         assert cold.kT == pytest.approx(kT(300.0))
         x = torch.from_numpy(frames[:20].copy())
-        np.testing.assert_allclose(cold.energy(x).numpy(), 2.0 * bridge.energy(x).numpy(), rtol=1e-12)
-        np.testing.assert_allclose(bridge.energy(x).numpy() * kT(600.0), bridge.energies_kjmol(frames[:20]), rtol=1e-12)
+        np.testing.assert_allclose(cold.reduced_energy(x).numpy(), 2.0 * bridge.reduced_energy(x).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(bridge.reduced_energy(x).numpy() * kT(600.0), bridge.energies_kjmol(frames[:20]), rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -106,16 +106,16 @@ def test_units_are_kT_at_the_given_temperature(bridge, molecule, frames):
 def test_shapes_dtypes_and_order(bridge, frames, dtype, flat):
     batch = np.concatenate([frames, frames[:300]])  # 600 frames: several chunks per worker
     x = torch.as_tensor(batch.reshape(600, 66) if flat else batch, dtype=dtype)
-    u = bridge.energy(x)
+    u = bridge.reduced_energy(x)
     assert u.shape == (600,) and u.dtype == dtype and u.device == x.device
     expected = bridge.energies_kjmol(x.double().numpy()) / bridge.kT
     np.testing.assert_allclose(u.double().numpy(), expected, rtol=1e-6 if dtype == torch.float32 else 1e-12)
     perm = torch.randperm(600, generator=torch.Generator().manual_seed(0))
-    np.testing.assert_array_equal(bridge.energy(x[perm]).numpy(), u[perm].numpy())
+    np.testing.assert_array_equal(bridge.reduced_energy(x[perm]).numpy(), u[perm].numpy())
     xg = x.clone().requires_grad_(True)
-    bridge.energy(xg).sum().backward()
+    bridge.reduced_energy(xg).sum().backward()
     assert xg.grad.shape == x.shape and xg.grad.dtype == dtype
-    assert bridge.energy(x[:0]).shape == (0,)
+    assert bridge.reduced_energy(x[:0]).shape == (0,)
 
 
 def test_bad_coordinates_give_inf_energy_and_zero_gradient(bridge, frames):
@@ -127,13 +127,13 @@ def test_bad_coordinates_give_inf_energy_and_zero_gradient(bridge, frames):
     x[4, 9, 2] = 1e30
     n_before = bridge.n_nonfinite
     xt = torch.from_numpy(x).requires_grad_(True)
-    u = bridge.energy(xt)
+    u = bridge.reduced_energy(xt)
     assert torch.isposinf(u[:5]).all() and torch.isfinite(u[5])
     assert bridge.last_nonfinite == 5 and bridge.n_nonfinite == n_before + 5
-    bridge.regularized(xt).sum().backward()
+    bridge.regularized_reduced_energy(xt).sum().backward()
     assert torch.isfinite(xt.grad).all()
     assert (xt.grad[:5] == 0).all() and (xt.grad[5] != 0).any()
-    assert (bridge.energy_and_forces(x)[1][:5] == 0).all()
+    assert (bridge.reduced_energies_forces(x)[1][:5] == 0).all()
 
 
 def test_regularize_energy_is_continuous_monotone_and_clamped():
@@ -158,7 +158,9 @@ def test_regularize_energy_is_continuous_monotone_and_clamped():
 
 def test_bad_arguments_raise_input_error(bridge, molecule):
     with pytest.raises(InputError):
-        bridge.energy(torch.zeros(4, 65))
+        bridge.reduced_energy(torch.zeros(4, 65))
+    with pytest.raises(InputError, match="energies_kjmol"):  # numpy goes to the numpy methods
+        bridge.reduced_energy(np.zeros((4, 22, 3)))
     with pytest.raises(InputError):
         bridge.energies_kjmol(np.zeros((4, 21, 3)))
     with pytest.raises(InputError):
@@ -167,6 +169,14 @@ def test_bad_arguments_raise_input_error(bridge, molecule):
         OpenMMEnergy(molecule.system, -1.0)
     with pytest.raises(InputError):
         OpenMMEnergy(molecule.system, 600.0, n_workers=0)
+
+
+def test_public_methods_name_what_they_take_and_return(bridge):
+    """numpy: plural `energies...` in kJ/mol (`_kjmol`) or kT (`reduced_`); torch: singular `..._energy` in kT."""
+    public = {name for name in vars(OpenMMEnergy) if not name.startswith("_") and callable(getattr(OpenMMEnergy, name))}
+    assert public == {"energies_kjmol", "energies_forces_kjmol", "reduced_energies_forces", "reduced_energy",
+                      "regularized_reduced_energy", "close"}
+    assert not callable(bridge)  # `energy(x)` would not say kT or kJ/mol
 
 
 def test_workers_do_not_import_torch(bridge):
@@ -197,14 +207,14 @@ def test_killed_worker_is_replaced(molecule, frames):
 
 
 def die_mid_request(worker, frames, want_forces):
-    """Stand-in for _Worker.send: only the header goes out, then the worker is killed (it cannot have replied)."""
-    worker._write(energy_module._HEADER.pack(len(frames), int(want_forces)))
+    """Stand-in for Worker.send: only the header goes out, then the worker is killed (it cannot have replied)."""
+    worker._write(_energy_pool.HEADER.pack(len(frames), int(want_forces)))
     worker.proc.kill()
     worker.proc.wait()
 
 
 def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
-    real_send, deaths = energy_module._Worker.send, []
+    real_send, deaths = _energy_pool.Worker.send, []
 
     def die_once(worker, chunk, want_forces):
         if not deaths:
@@ -213,9 +223,9 @@ def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
         return real_send(worker, chunk, want_forces)
 
     with OpenMMEnergy(molecule.system, 600.0, n_workers=2) as energy:
-        expected = energy.energy_and_forces_kjmol(frames)
-        monkeypatch.setattr(energy_module._Worker, "send", die_once)
-        got = energy.energy_and_forces_kjmol(frames)
+        expected = energy.energies_forces_kjmol(frames)
+        monkeypatch.setattr(_energy_pool.Worker, "send", die_once)
+        got = energy.energies_forces_kjmol(frames)
         assert len(deaths) == 1 and deaths[0] not in energy.worker_pids and len(energy.worker_pids) == 2
         np.testing.assert_array_equal(got[0], expected[0])
         np.testing.assert_array_equal(got[1], expected[1])
@@ -223,7 +233,7 @@ def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
 
 def test_worker_dying_twice_raises_bgp4_error(molecule, frames, monkeypatch):
     with OpenMMEnergy(molecule.system, 600.0, n_workers=1) as energy:
-        monkeypatch.setattr(energy_module._Worker, "send", die_mid_request)
+        monkeypatch.setattr(_energy_pool.Worker, "send", die_mid_request)
         with pytest.raises(Bgp4Error, match="died twice"):
             energy.energies_kjmol(frames[:10])
         monkeypatch.undo()

@@ -17,7 +17,7 @@ def _perturbed_layer(dim: int = 6, seed: int = 0, merges: int = 5) -> P4InvLinea
     with torch.no_grad():
         for _ in range(merges):
             layer.u.copy_(0.3 * torch.randn(dim, dtype=F64))
-            assert layer.merge(force=True)
+            assert layer.merge(force=True).merged
         layer.u.copy_(0.3 * torch.randn(dim, dtype=F64))
         layer.b.copy_(torch.randn(dim, dtype=F64))
     return layer
@@ -36,7 +36,7 @@ def test_hundreds_of_merges_keep_inverse_and_slogdet_exact():
             target = -0.3 * (layer.A @ x) if torch.rand(()) < 0.3 else 0.4 * torch.randn(dim, dtype=F64)
             layer.u.copy_(target / x.norm() ** 2)
             layer.v.copy_(x)
-            merged += layer.merge()
+            merged += layer.merge().merged
     assert merged > 300
     sign, logabsdet = torch.linalg.slogdet(layer.A)
     assert torch.allclose(layer.A_inv, torch.linalg.inv(layer.A), atol=1e-8, rtol=0)
@@ -102,7 +102,8 @@ def test_correction_reduces_residual_as_seventh_order_predicts():
         layer.A.copy_(A)
         layer.A_inv.copy_(torch.linalg.solve(A, eye - R))  # so that I - A A_inv = R exactly
     before = layer.residual()
-    after = layer.correct()
+    reported_before, after = layer.correct()
+    assert reported_before == pytest.approx(before, rel=1e-12)
     predicted = torch.linalg.matrix_power(R, 7) @ (3 * eye + R) @ (3 * eye + R) / 16
     assert torch.allclose(eye - A @ layer.A_inv, predicted, atol=1e-12)
     assert after == pytest.approx(predicted.abs().max().item(), rel=1e-6)
@@ -114,7 +115,7 @@ def test_correction_that_would_diverge_is_rejected():
     with torch.no_grad():
         layer.A_inv.mul_(-1.0)  # residual 2: far outside the convergence region
     saved = layer.A_inv.clone()
-    assert layer.correct() == pytest.approx(2.0)
+    assert layer.correct() == pytest.approx((2.0, 2.0))  # (before, after): the step was not taken
     assert torch.equal(layer.A_inv, saved)
 
 
@@ -124,21 +125,35 @@ def test_merge_rules_skip_force_and_reset():
         layer.v.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64))
         layer.u.copy_(torch.tensor([-0.99, 0.0, 0.0, 0.0], dtype=F64))  # G = 0.01: ln|G| = -4.6 < -2.5
     A0 = layer.A.clone()
-    assert layer.try_merge() is MergeResult.SKIPPED
+    result = layer.merge()
+    assert result is MergeResult.SKIPPED and not result.merged
     assert torch.equal(layer.A, A0) and layer.u[0].item() == -0.99
-    assert layer.try_merge(force=True) is MergeResult.FORCED
+    result = layer.merge(force=True)
+    assert result is MergeResult.FORCED and result.merged
     assert layer.A[0, 0].item() == pytest.approx(0.01)
     assert layer.logabsdet.item() == pytest.approx(torch.log(torch.tensor(0.01)).item())
     assert torch.all(layer.u == 0)
-    # A sane merge is accepted, and a merge that flips the sign of det keeps track of it.
+    # A merge that flips the sign of det keeps track of it (forced: ln|G det A| = ln 0.01 < -2.5).
     with torch.no_grad():
         layer.v.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64))
         layer.u.copy_(torch.tensor([-0.02, 0.0, 0.0, 0.0], dtype=F64))  # A00: 0.01 -> -0.01
-    assert layer.try_merge(force=True) is MergeResult.FORCED and layer.sign.item() == -1.0
+    assert layer.merge(force=True) is MergeResult.FORCED and layer.sign.item() == -1.0
+    # Within the bounds a merge is accepted, forced or not.
+    with torch.no_grad():
+        layer.v.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64))
+        layer.u.copy_(torch.tensor([-0.99, 0.0, 0.0, 0.0], dtype=F64))  # A00: -0.01 -> -1, G = 100
+    result = layer.merge()
+    assert result is MergeResult.ACCEPTED and result.merged and layer.A[0, 0].item() == pytest.approx(-1.0)
+    assert layer.sign.item() == -1.0 and layer.logabsdet.item() == pytest.approx(0.0, abs=1e-12)
+    with torch.no_grad():  # the merge drew a new v; v = e0 and u = 0.5 e1 give G = 1, inside the bounds
+        layer.v.copy_(torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64))
+        layer.u.copy_(torch.tensor([0.0, 0.5, 0.0, 0.0], dtype=F64))
+    assert layer.merge(force=True) is MergeResult.ACCEPTED
     with torch.no_grad():
         layer.u.copy_(torch.tensor([float("nan"), 0.0, 0.0, 0.0], dtype=F64))
     A1, inv1, ld1 = layer.A.clone(), layer.A_inv.clone(), layer.logabsdet.clone()
-    assert layer.try_merge(force=True) is MergeResult.RESET
+    result = layer.merge(force=True)
+    assert result is MergeResult.RESET and not result.merged
     assert torch.equal(layer.A, A1) and torch.equal(layer.A_inv, inv1) and torch.equal(layer.logabsdet, ld1)
     assert torch.all(layer.u == 0) and torch.isfinite(layer.v).all()
 
@@ -148,7 +163,7 @@ def test_merge_keeps_effective_map_and_parameter_identity():
     u_id, v_id = id(layer.u), id(layer.v)
     x = torch.randn(4, 6, dtype=F64)
     y0, ld0 = layer(x)
-    assert layer.merge(force=True)
+    assert layer.merge(force=True).merged
     y1, ld1 = layer(x)
     assert id(layer.u) == u_id and id(layer.v) == v_id
     assert torch.allclose(y0, y1, atol=1e-12) and torch.allclose(ld0, ld1, atol=1e-12)
@@ -160,11 +175,42 @@ def test_penalty_zero_inside_bounds_and_pushes_back_outside():
     with torch.no_grad():
         layer.v.copy_(torch.tensor([1.0, 0.0, 0.0], dtype=F64))
         layer.u.copy_(torch.tensor([-0.999, 0.0, 0.0], dtype=F64))  # ln|G| = ln 1e-3 = -6.9
-    pen = layer.penalty(C_min=-2.0, C_max=15.0)
-    expected = 2 * (-2.0 - torch.log(torch.tensor(1e-3, dtype=F64))) ** 2
-    assert pen.item() == pytest.approx(expected.item())
+    log_g = torch.log(torch.tensor(1e-3, dtype=F64)).item()
+    pen = layer.penalty()  # the merge bounds: ln|G| below c0_min = -6 and ln|G det A| below c1_min = -2.5
+    assert pen.item() == pytest.approx((layer.c0_min - log_g) ** 2 + (layer.c1_min - log_g) ** 2)
     pen.backward()
     assert layer.u.grad[0].item() < 0  # gradient descent raises u0, moving G away from 0
+    # Appendix A's own penalty interval [-2, 15] for both quantities, passed explicitly.
+    paper = layer.penalty(c0_min=-2.0, c0_max=15.0, c1_min=-2.0, c1_max=15.0)
+    assert paper.item() == pytest.approx(2 * (-2.0 - log_g) ** 2)
+
+
+def test_penalty_and_merge_share_the_bounds():
+    """penalty() is zero exactly where merge() accepts: ln|G det A| pushed past c1_max or c1_min."""
+    layer = P4InvLinear(3, dtype=F64)
+    assert (layer.c0_min, layer.c0_max, layer.c1_min, layer.c1_max) == (-6.0, float("inf"), -2.5, 15.5)
+    cases = {15.4: MergeResult.ACCEPTED, 15.6: MergeResult.SKIPPED, -2.4: MergeResult.ACCEPTED,
+             -2.6: MergeResult.SKIPPED}
+    for log_det, expected in cases.items():
+        with torch.no_grad():
+            layer.logabsdet.fill_(log_det)  # G = 1 (u = 0), so ln|G det A| = log|det A|
+            layer.u.zero_()
+        pen = layer.penalty().item()
+        if expected is MergeResult.ACCEPTED:
+            assert pen == 0.0, log_det
+        else:
+            bound = layer.c1_max if log_det > 0 else layer.c1_min
+            assert pen == pytest.approx((log_det - bound) ** 2), log_det
+        assert layer.merge() is expected, log_det
+    # Narrower bounds are the layer's own, for the merge and the penalty alike.
+    narrow = P4InvLinear(3, dtype=F64, c1_min=-1.0, c1_max=1.0)
+    with torch.no_grad():
+        narrow.logabsdet.fill_(2.0)
+        narrow.u.zero_()
+    assert narrow.penalty().item() == pytest.approx(1.0)
+    assert narrow.merge() is MergeResult.SKIPPED and narrow.merge(force=True) is MergeResult.FORCED
+    with pytest.raises(InputError):
+        P4InvLinear(3, c0_min=1.0, c0_max=0.0)
 
 
 @pytest.mark.parametrize("options", [{"foreach": False}, {"foreach": True}, {"fused": True}])
@@ -292,7 +338,7 @@ def test_cuda_matches_cpu():
     x = torch.randn(4, 6, dtype=F64)
     y, ld = gpu(x.cuda())
     assert torch.allclose(y.cpu(), layer(x)[0]) and torch.allclose(ld.cpu(), layer(x)[1])
-    assert gpu.merge(force=True) and gpu.correct() < 1e-10
+    assert gpu.merge(force=True).merged and gpu.correct()[1] < 1e-10
     opt = torch.optim.Adam(gpu.parameters())
     loss = gpu(x.cuda())[0].pow(2).sum()
     loss.backward()

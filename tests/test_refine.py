@@ -205,7 +205,7 @@ def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
         live = torch.isfinite(result.log_w)
         assert live.any()
         # the final samples' cached energies are those of their positions
-        u = energy.energy(result.x[live][:20].double())
+        u = energy.reduced_energy(result.x[live][:20].double())
         assert torch.allclose(u, result.u[live][:20], rtol=1e-4, atol=1e-3)
         zero = anneal(bg, energy, 100, 0, seed=1)
         direct = GeneratorTarget(bg, energy).evaluate(zero.z, grad=False)

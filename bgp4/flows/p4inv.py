@@ -35,6 +35,14 @@ class MergeResult(str, Enum):
     SKIPPED = "skipped"  # outside the bounds (or G = 0), nothing changed
     RESET = "reset"  # u or v not finite: perturbation reset, A untouched
 
+    @property
+    def merged(self) -> bool:
+        """True when A, A_inv and log|det A| were updated (ACCEPTED or FORCED).
+
+        Use this rather than the result's truth value: every member is a non-empty string.
+        """
+        return self in (MergeResult.ACCEPTED, MergeResult.FORCED)
+
 
 class P4InvLinear(Flow):
     """Invertible affine layer y = (A + u v^T) x + b with a stored inverse and log|det|.
@@ -43,8 +51,13 @@ class P4InvLinear(Flow):
         dim: feature dimension n; inputs are (..., n).
         bias: whether to learn the shift b (otherwise b = 0).
         init: "eye" (A = I) or "reverse" (A_ij = delta_{i, n-1-j}, the reversing permutation).
-        c0_min, c1_min, c1_max: merge bounds on ln|G| and ln|G det A| (appendix A);
-            C0_max is infinite.
+        c0_min, c0_max: bounds on ln|G|, G = 1 + v^T A^-1 u (appendix A's C0; default [-6, inf)).
+        c1_min, c1_max: bounds on ln|G det A|, the log|det| after a merge (C1; default [-2.5, 15.5]).
+
+    The four bounds (attributes of the same names) are the layer's one set of sanity bounds:
+    `merge` accepts a perturbation only inside them, and `penalty` is zero inside them and grows
+    outside, so a penalized perturbation drifts back to where merges are accepted.
+
     Trainable parameters: u (init 0), v (init N(0, I)), b (init 0): 3 n numbers.
     Buffers: A, A_inv (n, n), logabsdet = log|det A| and sign = sign(det A) (0-dim).
     """
@@ -57,14 +70,16 @@ class P4InvLinear(Flow):
         dtype: Optional[torch.dtype] = None,
         device: Optional[torch.device | str] = None,
         c0_min: float = -6.0,
+        c0_max: float = math.inf,
         c1_min: float = -2.5,
         c1_max: float = 15.5,
     ):
         super().__init__()
         if not isinstance(dim, int) or dim < 1:
             raise InputError(f"P4InvLinear needs a positive integer dim, got {dim!r}")
-        if not c1_min <= c1_max:
-            raise InputError(f"P4InvLinear merge bounds need c1_min <= c1_max, got {c1_min} > {c1_max}")
+        if not (c0_min <= c0_max and c1_min <= c1_max):
+            raise InputError(f"P4InvLinear bounds need c0_min <= c0_max and c1_min <= c1_max, "
+                             f"got [{c0_min}, {c0_max}] and [{c1_min}, {c1_max}]")
         factory: dict[str, Any] = {"dtype": dtype or torch.get_default_dtype(), "device": device}
         if init == "eye":
             A = torch.eye(dim, **factory)
@@ -76,7 +91,8 @@ class P4InvLinear(Flow):
         else:
             raise InputError(f"P4InvLinear init must be 'eye' or 'reverse', got {init!r}")
         self.dim = dim
-        self.c0_min, self.c1_min, self.c1_max = float(c0_min), float(c1_min), float(c1_max)
+        self.c0_min, self.c0_max = float(c0_min), float(c0_max)
+        self.c1_min, self.c1_max = float(c1_min), float(c1_max)
         self.u = nn.Parameter(torch.zeros(dim, **factory))
         self.v = nn.Parameter(torch.randn(dim, **factory))
         if bias:
@@ -134,15 +150,32 @@ class P4InvLinear(Flow):
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise InputError(f"P4InvLinear(dim={self.dim}) got input of shape {tuple(x.shape)}")
 
-    def penalty(self, C_min: float = -2.0, C_max: float = 15.0) -> torch.Tensor:
-        """Unweighted ReLU^2 penalty on ln|G| and ln|G det A| outside [C_min, C_max] (0-dim).
+    def penalty(
+        self,
+        *,
+        c0_min: Optional[float] = None,
+        c0_max: Optional[float] = None,
+        c1_min: Optional[float] = None,
+        c1_max: Optional[float] = None,
+    ) -> torch.Tensor:
+        """Appendix A's penalty without its weight C_p (0-dim, differentiable in u and v).
 
-        Differentiable in u and v; the caller multiplies it by the weight C_p.
+        The sum of squared ReLU distances of ln|G| outside [c0_min, c0_max] and of ln|G det A|
+        outside [c1_min, c1_max]; the caller multiplies it by C_p. Each bound left None is the
+        layer's own merge bound of that name, so the penalty is zero exactly where `merge`
+        accepts. Appendix A's penalty used [-2, 15] for both quantities, a little inside the merge
+        bounds: pass c0_min=-2, c0_max=15, c1_min=-2, c1_max=15 to reproduce it.
         """
+        c0 = (self.c0_min if c0_min is None else c0_min, self.c0_max if c0_max is None else c0_max)
+        c1 = (self.c1_min if c1_min is None else c1_min, self.c1_max if c1_max is None else c1_max)
         log_g = self.log_factor()
-        total = torch.zeros((), dtype=log_g.dtype, device=log_g.device)
-        for value in (log_g, log_g + self.logabsdet):
-            total = total + F.relu(value - C_max) ** 2 + F.relu(C_min - value) ** 2
+        total = log_g.new_zeros(())
+        for value, (low, high) in ((log_g, c0), (log_g + self.logabsdet, c1)):
+            # An infinite bound adds nothing; skipping it keeps inf - inf out of the graph.
+            if math.isfinite(high):
+                total = total + F.relu(value - high) ** 2
+            if math.isfinite(low):
+                total = total + F.relu(low - value) ** 2
         return total
 
     # ----------------------------------------------------------------- merging and correction
@@ -153,9 +186,12 @@ class P4InvLinear(Flow):
         self.v.normal_()
 
     @torch.no_grad()
-    def try_merge(self, force: bool = False) -> MergeResult:
-        """Fold u v^T into A, A_inv, log|det A| and sign when the update is sane (or forced).
+    def merge(self, force: bool = False) -> MergeResult:
+        """Fold u v^T into A, A_inv, log|det A| and sign when the update is within the bounds (or forced).
 
+        Returns ACCEPTED (within the bounds, merged), FORCED (outside, merged because `force`),
+        SKIPPED (outside and not forced, or G = 0 or not finite: nothing changed) or RESET (u or v
+        not finite: perturbation reset, A untouched); `result.merged` says whether A changed.
         O(n^2). A merge with G = 0 or a non-finite G is never taken, even when forced.
         """
         w = self.A_inv @ self.u
@@ -170,7 +206,7 @@ class P4InvLinear(Flow):
             return MergeResult.SKIPPED
         log_g = math.log(abs(g))
         log_det_new = log_det + log_g
-        sane = log_g >= self.c0_min and self.c1_min <= log_det_new <= self.c1_max
+        sane = self.c0_min <= log_g <= self.c0_max and self.c1_min <= log_det_new <= self.c1_max
         if not sane and not force:
             return MergeResult.SKIPPED
         r = self.v @ self.A_inv  # v^T A^-1, taken before A_inv changes
@@ -182,16 +218,14 @@ class P4InvLinear(Flow):
         self.reset_perturbation()
         return MergeResult.ACCEPTED if sane else MergeResult.FORCED
 
-    def merge(self, force: bool = False) -> bool:
-        """Attempt a merge (see `try_merge`); True when A was updated."""
-        return self.try_merge(force) in (MergeResult.ACCEPTED, MergeResult.FORCED)
-
     @torch.no_grad()
-    def correct_with_residuals(self) -> tuple[float, float]:
-        """One Soleymani step on A_inv; returns (residual before, residual after), max|A A_inv - I|.
+    def correct(self) -> tuple[float, float]:
+        """One seventh-order (Soleymani) correction of A_inv; returns (before, after), the residual
+        max|A A_inv - I| of the stored inverse before the step and of the one kept after it.
 
         O(n^3). A step that would make the residual worse (the iteration only converges while
-        the spectral radius of I - A A_inv is below 1) is rejected and A_inv kept as it was.
+        the spectral radius of I - A A_inv is below 1) is rejected and A_inv kept as it was, so
+        then after == before.
         """
         eye = torch.eye(self.dim, dtype=self.A.dtype, device=self.A.device)
         psi = self.A @ self.A_inv
@@ -206,10 +240,6 @@ class P4InvLinear(Flow):
             self.A_inv.copy_(new_inv)
             return before_f, after_f
         return before_f, before_f
-
-    def correct(self) -> float:
-        """One seventh-order correction of A_inv; returns the new residual max|A A_inv - I|."""
-        return self.correct_with_residuals()[1]
 
     @torch.no_grad()
     def residual(self) -> float:
@@ -258,7 +288,7 @@ class P4InvScheduler:
         self.attempts += 1
         force = self.force_every > 0 and self.attempts % self.force_every == 0
         for layer in self.layers:
-            result = layer.try_merge(force)
+            result = layer.merge(force)
             self.stats["resets" if result is MergeResult.RESET else result.value] += 1
             if result is not MergeResult.SKIPPED:
                 self._reset_state(layer.v)
@@ -268,7 +298,7 @@ class P4InvScheduler:
         if self.correct_every > 0 and self.attempts % self.correct_every == 0:
             worst_after = 0.0
             for layer in self.layers:
-                before, after = layer.correct_with_residuals()
+                before, after = layer.correct()
                 self.stats["max_residual"] = max(self.stats["max_residual"], before)
                 worst_after = max(worst_after, after)
             self.stats["corrections"] += 1

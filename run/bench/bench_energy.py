@@ -1,8 +1,8 @@
 """Throughput of OpenMMEnergy against bare OpenMM contexts, side by side on the same frames.
 
 Prints `name: value` lines: evaluations/s (energy + forces) of OpenMMEnergy through torch autograd
-(energy + backward) and through `energy_and_forces` (numpy), of two bare processes with one
-context each, and `energy_efficiency` = autograd throughput / bare throughput. Measurements are
+(`reduced_energy` + backward) and through `reduced_energies_forces` (numpy), of two bare processes
+with one context each, and `energy_efficiency` = autograd throughput / bare throughput. Measurements are
 interleaved and repeated; the best of each is kept, since other programs share the cores.
 The autograd path runs torch ops around each call; with torch's default OpenMP threads their
 spin-waiting takes a few % of the cores from the workers (compare --torch-threads 1).
@@ -108,12 +108,12 @@ def main() -> None:
         def run_autograd() -> float:
             start = time.perf_counter()
             xg = x.clone().requires_grad_(True)
-            energy.energy(xg).sum().backward()
+            energy.reduced_energy(xg).sum().backward()
             return time.perf_counter() - start
 
         def run_numpy() -> float:
             start = time.perf_counter()
-            energy.energy_and_forces(frames)
+            energy.reduced_energies_forces(frames)
             return time.perf_counter() - start
 
         for _ in range(args.reps):  # interleaved, so load from other programs hits all alike
