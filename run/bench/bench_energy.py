@@ -72,10 +72,10 @@ def main() -> None:
         torch.set_num_threads(args.torch_threads)
 
     from bgp4.energy import OpenMMEnergy
-    from bgp4.molecule import alanine_dipeptide
+    from bgp4.molecule import get_molecule
     from bgp4.platform import get_platform
 
-    molecule = alanine_dipeptide()
+    molecule = get_molecule()
     t0 = time.perf_counter()
     frames = md_frames(molecule.system, molecule.positions, args.frames)
     print(f"setup_md_s: {time.perf_counter() - t0:.2f}")

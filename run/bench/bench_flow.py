@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bgp4.flows import AffineCoupling, P4InvScheduler  # noqa: E402
 from bgp4.model import build_generator, n_parameters  # noqa: E402
-from bgp4.molecule import alanine_dipeptide  # noqa: E402
+from bgp4.molecule import get_molecule  # noqa: E402
 from bgp4.train import grad_norm  # noqa: E402
 
 
@@ -126,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    molecule = alanine_dipeptide()
+    molecule = get_molecule()
     frames = md_frames(molecule, args.frames)
     batch = torch.as_tensor(frames[:256], dtype=torch.float32)
 

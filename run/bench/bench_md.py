@@ -20,10 +20,10 @@ from pathlib import Path
 def _bare(steps: int, platform: str, barrier, results) -> None:
     import openmm
 
-    from bgp4.molecule import alanine_dipeptide
+    from bgp4.molecule import get_molecule
     from bgp4.platform import get_platform
 
-    molecule = alanine_dipeptide()
+    molecule = get_molecule()
     integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
     plat, props = get_platform(platform)
     context = openmm.Context(molecule.system, integrator, plat, props)

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bgp4.energy import OpenMMEnergy  # noqa: E402
 from bgp4.model import load_generator  # noqa: E402
-from bgp4.molecule import alanine_dipeptide  # noqa: E402
 from bgp4.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
 
 
@@ -47,8 +46,8 @@ def main() -> None:
     bg = load_generator(args.run / "model.pt").eval()
     for p in bg.parameters():
         p.requires_grad_(False)
-    temperature = float(json.loads((args.run / "complete.json").read_text()).get("temperature", 600.0))
-    molecule = alanine_dipeptide()
+    temperature = float(json.loads((args.run / "complete.json").read_text())["temperature"])
+    molecule = bg.molecule()
     print(f"run: {args.run}  model: {bg.config['kind']}  latent dims: {bg.n_dims}  n: {args.n}  steps: {args.steps}"
           f"  leapfrog: {args.leapfrog}  resample_ess: {args.resample_ess}  power: {args.power}"
           f"  torch threads: {torch.get_num_threads()}")
