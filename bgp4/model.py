@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
 if TYPE_CHECKING:
     from bgp4.molecule import Molecule
 
-__all__ = ["BoltzmannGenerator", "GeneratorSample", "build_flow", "build_generator", "load_generator", "n_parameters"]
+__all__ = ["BoltzmannGenerator", "GeneratorSample", "build_flow", "build_generator", "load_generator", "n_parameters", "weights_defined"]
 
 KINDS, SPLINE_KINDS = MODELS, SPLINE_MODELS
 #: Torsion representation of the transform each kind needs.
@@ -277,3 +277,18 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise InputError(f"{path} is not a bgp4 model file of this version ({reason})") from None
     return model.to(map_location) if map_location is not None else model
+
+
+def weights_defined(bg, molecule) -> dict[str, Any]:
+    """{"weights_defined": bool, "weights_note": str}: importance weights p/q exist only when no
+    constrained bond of `molecule`'s system is a flow dimension of `bg` (otherwise the target is
+    improper along it)."""
+    from bgp4.molecule import constrained_bonds
+
+    left = bg.transform.free_constrained_pairs(constrained_bonds(molecule))
+    if not left:
+        return {"weights_defined": True, "weights_note": "every constrained bond is held fixed"}
+    pairs = ", ".join(f"{a}-{b}" for a, b in left)
+    return {"weights_defined": False, "weights_note": (
+        f"{len(left)} constrained bond(s) ({pairs}) are flow dimensions: the MD keeps them constant, so p/q is "
+        "unbounded along them and reverse ESS and reweighted figures are not defined (train with --fix-constrained)")}

@@ -24,6 +24,7 @@ from bgp4.flows.p4inv import P4InvLinear
 from bgp4.config import MODELS, TrainSettings, changed_settings, settings_record  # noqa: F401 - part of this API
 from bgp4.data import TrajectoryData, load_trajectory, resolve_temperature
 from bgp4.errors import InputError
+from bgp4.model import weights_defined
 from bgp4.platform import resolve_device
 from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory
 
@@ -289,21 +290,6 @@ class Trainer:
             **({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()} if self.scheduler.layers else {}),
         }
         return summary
-
-
-def weights_defined(bg, molecule) -> dict[str, Any]:
-    """{"weights_defined": bool, "weights_note": str}: importance weights p/q exist only when no
-    constrained bond of `molecule`'s system is a flow dimension of `bg` (otherwise the target is
-    improper along it)."""
-    from bgp4.molecule import constrained_bonds
-
-    left = bg.transform.free_constrained_pairs(constrained_bonds(molecule))
-    if not left:
-        return {"weights_defined": True, "weights_note": "every constrained bond is held fixed"}
-    pairs = ", ".join(f"{a}-{b}" for a, b in left)
-    return {"weights_defined": False, "weights_note": (
-        f"{len(left)} constrained bond(s) ({pairs}) are flow dimensions: the MD keeps them constant, so p/q is "
-        "unbounded along them and reverse ESS and reweighted figures are not defined (train with --fix-constrained)")}
 
 
 def likelihood_loss(bg, y: torch.Tensor, logdet_cart: torch.Tensor) -> torch.Tensor:
