@@ -35,15 +35,23 @@ KNOWN: dict[str, str] = {
     "ramachandran_kl_reweighted": "Ramachandran KL, reweighted",
     "ramachandran_tv": "Ramachandran TV",
     "ramachandran_tv_reweighted": "Ramachandran TV, reweighted",
+    "energy_shift_reweighted_kT": "energy shift vs MD, reweighted (kT)",
+    "energy_w2_reweighted": "energy W2, reweighted (kT)",
+    "p_phi_positive": "P(phi > 0)",
+    "p_phi_positive_reweighted": "P(phi > 0), reweighted",
     "dF_phi_kT": "dF(phi > 0) (kT)",
+    "dF_phi_reweighted_kT": "dF(phi > 0), reweighted (kT)",
     "test_nll": "test NLL (nats)",
     "train_wall_min": "training wall time (min)",
     "n_nonfinite": "samples with non-finite energy",
     "out_of_domain": "samples outside the IC domain",
     "n_zero_weight": "samples with zero weight",
+    "energy_evals_per_sample": "energy evaluations per sample",
 }
-#: Bookkeeping numbers of a run, not properties of a model.
-SKIPPED = {"n_samples", "train_wall_s"}
+#: Bookkeeping numbers of a run, properties of the MD data (sampling floors), and figures that
+#: only restate others (errors against MD = value - MD; interval ends of a run's own ESS).
+SKIPPED = {"n_samples", "train_wall_s", "ramachandran_kl_floor", "ramachandran_tv_floor", "ramachandran_kl_floor_ess",
+           "ramachandran_tv_floor_ess", "reverse_ess_ci_low", "reverse_ess_ci_high"}
 
 
 def _finite(values: list[float | None]) -> np.ndarray:
@@ -89,7 +97,8 @@ def _metric_order(keys: set[str]) -> list[str]:
 def _numeric_metrics(summary: dict[str, Any], complete: dict[str, Any]) -> dict[str, float | None]:
     """The numeric scalars of one run's per-model metrics, plus test NLL and training time."""
     values = {k: (None if v is None else float(v)) for k, v in summary.items()
-              if k not in SKIPPED and (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))}
+              if k not in SKIPPED and "_error" not in k and not k.endswith("_note")
+              and (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))}
     if values.get("test_nll") is None and complete.get("test_nll_end") is not None:
         values["test_nll"] = float(complete["test_nll_end"])
     if complete.get("wall_s") is not None:

@@ -18,23 +18,19 @@ import dataclasses
 import json
 import os
 import socket
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from bgp4._io import atomic_write
 from bgp4.config import MODELS, TrainSettings
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.sweep_tasks import DONE_FILE, run_task, simulate_task
 
 __all__ = ["RunSpec", "SweepPlan", "plan_sweep", "run_sweep", "run_task", "simulate_task", "open_client",
            "SWEEP_FILE", "DONE_FILE"]
 
 SWEEP_FILE = "sweep.json"
-DONE_FILE = "sweep-done.json"
-LOG_FILE = "log.txt"
-LOCK_FILE = "run.lock"
 #: Retries of a task that raised; a task whose worker died is rescheduled by the scheduler
 #: (`distributed.scheduler.allowed-failures`, 3 by default) and resumes from its checkpoint.
 RETRIES = 2
@@ -95,6 +91,18 @@ def _without_execution(settings: dict[str, Any]) -> dict[str, Any]:
 
 def run_name(model: str, seed: int) -> str:
     return f"{model}-s{seed}"
+
+
+#: Rough cost of one training step per frame of the batch, relative to rnvp (CPU step times of
+#: README's tables); only the order of the tasks depends on it.
+STEP_COST = {"rnvp": 1.0, "p4inv": 1.6, "spline": 6.0, "spline-p4inv": 6.5}
+
+
+def expected_cost(spec: RunSpec) -> int:
+    """A run's expected cost in rnvp-step-frames (energy steps count 3x: sampling and OpenMM)."""
+    t = spec.train
+    steps = t["steps"] + 3 * t["energy_steps"]
+    return int(steps * t["batch"] * STEP_COST.get(spec.model, 1.0))
 
 
 def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: int, base: TrainSettings,
@@ -170,114 +178,6 @@ def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any
     if differ:
         raise InputError(f"{path} holds a run with other settings ({', '.join(differ)}); use another --out")
     return {**train, **{k: stored[k] for k in EXECUTION_ONLY if k in stored}}
-
-
-# --------------------------------------------------------------------------- tasks (run on workers)
-
-
-@contextlib.contextmanager
-def _locked_and_logged(lock: Path, log: Path) -> Iterator[Callable[[str], None]]:
-    """Hold `lock` (waiting for another live holder) with stdout/stderr appended to `log`."""
-    from filelock import FileLock, Timeout
-
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    who = f"{socket.gethostname()} pid {os.getpid()}"
-    with open(log, "a", buffering=1) as stream, contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
-        def say(message: str) -> None:
-            print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
-
-        file_lock = FileLock(str(lock))
-        try:
-            file_lock.acquire(timeout=0)
-        except Timeout:
-            say(f"{who}: another copy of this task holds {lock.name}; waiting for it to finish or die")
-            file_lock.acquire()
-        try:
-            say(f"{who}: task started")
-            yield say
-        except BaseException as error:
-            say(f"{who}: task failed: {type(error).__name__}: {error}")
-            raise
-        finally:
-            file_lock.release()
-
-
-def _select_gpu(gpus: float) -> None:
-    """On a worker with several visible GPUs, give each local worker its own (by worker name)."""
-    if gpus <= 0:
-        return
-    import torch
-
-    count = torch.cuda.device_count()
-    if count > 1:
-        from distributed import get_worker
-
-        with contextlib.suppress(ValueError):
-            name = get_worker().name
-            if isinstance(name, int) or str(name).isdigit():
-                torch.cuda.set_device(int(name) % count)
-
-
-def run_task(spec: RunSpec) -> dict[str, Any]:
-    """Train, sample and analyze one run (each stage resumes or is skipped when complete).
-
-    Returns {"run", "trained", "sampled", "analyzed", "wall_s"}, or {"run", "error"} for bad
-    input, which would fail the same way again: it is returned rather than raised, so that Dask
-    does not retry it. Other exceptions are raised and retried.
-    """
-    try:
-        return _run_stages(spec)
-    except InputError as error:
-        return {"run": spec.name, "error": str(error)}
-
-
-def _run_stages(spec: RunSpec) -> dict[str, Any]:
-    run = Path(spec.path)
-    with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE) as say:
-        import torch
-
-        from bgp4.report import analyze
-        from bgp4.sample import SampleSettings, sample_run
-        from bgp4.train import train
-
-        started = time.perf_counter()
-        torch.set_num_threads(spec.threads)
-        _select_gpu(spec.gpus)
-        settings = TrainSettings(**spec.train)
-        summary, trained = train(settings, run, progress=False)
-        say(f"train: {'trained' if trained else 'complete'}; test NLL {summary.get('test_nll_end')}, {summary.get('wall_s')} s")
-        samples, sampled = sample_run(run, SampleSettings(**spec.sample), progress=False)
-        say(f"sample: {'sampled' if sampled else 'complete'}; mean energy {samples.get('mean_energy_kT')} kT")
-        report = run / "report" / "metrics.json"
-        analyzed = sampled or not report.exists()
-        if analyzed:
-            analyze(settings.data, [run], run / "report", seed=spec.seed, workers=settings.workers)
-            say("analyze: metrics in report/metrics.json")
-        wall = time.perf_counter() - started
-        payload = {"train": spec.train, "sample": spec.sample, "host": socket.gethostname(), "task_wall_s": round(wall, 2)}
-        atomic_write(run / DONE_FILE, json.dumps(payload, indent=1))
-        say(f"task finished in {wall:.1f} s")
-    return {"run": spec.name, "trained": trained, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
-
-
-def simulate_task(data: str, md: dict[str, Any]) -> str:
-    """Simulate the MD data file. `bgp4 simulate` runs as a child process: its replica processes
-    could not start inside a Dask worker, which is a daemonic process."""
-    import subprocess
-
-    out = Path(data)
-    with _locked_and_logged(out.with_name(out.name + ".lock"), out.with_name(out.name + ".log.txt")) as say:
-        if out.exists():
-            say(f"{out} exists")
-            return data
-        flags = [a for k, v in md.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-        say("bgp4 simulate " + " ".join(flags))
-        sys.stdout.flush()
-        done = subprocess.run([sys.executable, "-m", "bgp4.cli", "simulate", "--out", data, "--quiet", *flags],
-                              stdout=sys.stdout, stderr=sys.stdout)
-        if done.returncode != 0:
-            raise Bgp4Error(f"simulating {data} failed (exit code {done.returncode}); see {out.name}.log.txt")
-    return data
 
 
 # --------------------------------------------------------------------------- the client side
@@ -372,7 +272,9 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
                 say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
                 client.submit(simulate_task, str(plan.data), plan.md, pure=False, retries=RETRIES).result()
             resources = {"GPU": plan.runs[0].gpus} if plan.runs[0].gpus > 0 else None
-            futures = {client.submit(run_task, spec, pure=False, retries=RETRIES, resources=resources): spec for spec in pending}
+            # longest first: the last tasks decide how long the cores sit idle at the end
+            futures = {client.submit(run_task, spec, pure=False, retries=RETRIES, resources=resources,
+                                     priority=expected_cost(spec)): spec for spec in pending}
             failures = _follow(futures, progress, say, tqdm)
     else:
         say(f"all {len(plan.runs)} runs are complete")

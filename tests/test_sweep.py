@@ -123,6 +123,11 @@ def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
                       by_model={"spline": TrainSettings(steps=7, batch=32)})
     steps = {r.model: (r.train["steps"], r.train["batch"], r.train["device"]) for r in plan.runs}
     assert steps == {"rnvp": (10, 256, "cpu"), "spline": (7, 32, "cpu")}
+    # the longest runs are handed out first (Dask priority): here rnvp's 10 steps of 256 frames
+    from bgp4.sweep import expected_cost
+
+    costs = {r.model: expected_cost(r) for r in plan.runs}
+    assert costs["rnvp"] > costs["spline"] > 0
 
 
 @pytest.mark.parametrize("args, message", [
