@@ -36,7 +36,7 @@ Internally everything is computed in float64; outputs come back in the input's d
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
@@ -44,6 +44,9 @@ from torch import nn
 
 from bgp4.errors import InputError
 from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, place_atom
+
+if TYPE_CHECKING:
+    from bgp4.molecule import Molecule
 
 __all__ = ["MixedCoordinateTransform"]
 
@@ -164,13 +167,13 @@ class MixedCoordinateTransform(nn.Module):
         return mask
 
     @classmethod
-    def shell(cls, molecule, fix_constrained: bool = False, n_rigid_dims: Optional[int] = None,
+    def shell(cls, molecule: "Molecule", fix_constrained: bool = False, n_rigid_dims: Optional[int] = None,
               torsions: str = "logit") -> "MixedCoordinateTransform":
         """Unfitted transform for `molecule` (its z-matrix, rigid block and, optionally, constraints)."""
         return cls._for_molecule(molecule, fix_constrained, n_rigid_dims, torsions)[0]
 
     @classmethod
-    def _for_molecule(cls, molecule, fix_constrained: bool, n_rigid_dims: Optional[int], torsions: str = "logit"):
+    def _for_molecule(cls, molecule: "Molecule", fix_constrained: bool, n_rigid_dims: Optional[int], torsions: str = "logit"):
         from bgp4.molecule import constrained_bonds, constraint_free_layout
 
         lengths = constrained_bonds(molecule) if fix_constrained else {}
@@ -195,7 +198,7 @@ class MixedCoordinateTransform(nn.Module):
         return sorted(p for p in pairs if p in free or set(p) <= block)
 
     @classmethod
-    def fit(cls, frames: torch.Tensor | np.ndarray, molecule, fix_constrained: bool = False,
+    def fit(cls, frames: torch.Tensor | np.ndarray, molecule: "Molecule", fix_constrained: bool = False,
             n_rigid_dims: Optional[int] = None, min_std: float = 1e-4, torsion_bins: int = 36,
             max_rmsd: float = 0.05, torsions: str = "logit") -> "MixedCoordinateTransform":
         """Fit normalizations, branch cuts, reference and PCA on training frames (n, n_atoms, 3) nm.
