@@ -1,0 +1,43 @@
+"""Where a run's importance weights lose their ESS: between the phi > 0 and phi < 0 regions, or within them.
+
+    python run/results/ess_by_region.py RUN [RUN ...]
+
+For each run's `samples.h5`: reverse ESS (Kish, per sample) of all samples, within phi < 0 and
+within phi > 0; the share of samples and of weight with phi > 0; the ESS the region mismatch
+alone would leave (every weight replaced by its region's mean weight); and the ESS with the
+phi > 0 region's mean weight set equal to the other's (the population error removed).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from bgp4 import analysis
+from bgp4.data import load_trajectory
+
+
+def kish(w: np.ndarray) -> float:
+    return float(w.sum() ** 2 / (w ** 2).sum() / w.size) if w.size and w.sum() > 0 else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, nargs="+")
+    for run in parser.parse_args().runs:
+        samples = load_trajectory(run / "samples.h5", extras=("log_w",))
+        phi, _ = analysis.backbone_dihedrals(samples.xyz, samples.molecule())
+        log_w = samples.extras["log_w"]
+        ok = np.isfinite(log_w)
+        w = np.where(ok, np.exp(log_w - log_w[ok].max()), 0.0)
+        pos = phi > 0
+        by_region = np.where(pos, w[pos].mean(), w[~pos].mean())
+        corrected = np.where(pos, w * w[~pos].mean() / w[pos].mean(), w)
+        print(f"{run}: ESS {kish(w):.3f}; within phi<0 {kish(w[~pos]):.3f}, within phi>0 {kish(w[pos]):.3f}; "
+              f"phi>0 share of samples {pos.mean():.4f}, of weight {w[pos].sum() / w.sum():.4f}; "
+              f"ESS from the region mismatch alone {kish(by_region):.3f}; with it removed {kish(corrected):.3f}")
+
+
+if __name__ == "__main__":
+    main()
