@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from bgp4._rng import PrivateRNG
-from bgp4.flows.p4inv import P4InvLinear
 from bgp4.config import MODELS, TrainSettings, changed_settings, settings_record  # noqa: F401 - part of this API
 from bgp4.data import TrajectoryData, load_trajectory, resolve_temperature
 from bgp4.errors import InputError
@@ -37,12 +36,12 @@ COMPILE_MIN_STEPS = 3_000
 class Trainer:
     """One run: data, generator, optimizer, P4Inv scheduler and the run directory they write to."""
 
-    def __init__(self, settings: TrainSettings, run: RunDirectory, data: TrajectoryData):
+    def __init__(self, settings: TrainSettings, run: RunDirectory, data: TrajectoryData, molecule=None):
         from bgp4.data import train_test_split
         from bgp4.model import build_generator
 
         self.s, self.run = settings, run
-        self.molecule = data.molecule()
+        self.molecule = molecule if molecule is not None else data.molecule()
         self.device = resolve_device(settings.device)
         train_idx, test_idx = train_test_split(data.n_frames, settings.test_fraction, settings.seed)
         run.save_split(train_idx, test_idx)
@@ -66,7 +65,6 @@ class Trainer:
         self.energy_evaluations = 0  # OpenMM energy+force calls spent on training
         self.wall = 0.0
         self.interval: list[dict[str, float]] = []  # step infos since the last metrics record
-        self.p4inv_layers = [m for m in self.bg.modules() if isinstance(m, P4InvLinear)]
         self.batch_nll = self._nll  # replaced by a compiled twin in `_compile`
         self._make_optimizer()
 
@@ -79,6 +77,11 @@ class Trainer:
     def compiled(self) -> bool:
         """Whether training batches go through the torch.compile'd likelihood."""
         return self.batch_nll != self._nll
+
+    @property
+    def p4inv_layers(self) -> list:
+        """The generator's P4Inv layers (the scheduler's list)."""
+        return self.scheduler.layers
 
     @property
     def phase(self) -> str:
@@ -380,7 +383,7 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
         return json.loads(run.file(COMPLETE).read_text()), False
     resolve_device(s.device)
     data = load_trajectory(s.data)
-    data.molecule()  # refuse frames of another molecule before any work
+    molecule = data.molecule()  # refuses frames of another molecule before any work
     resolve_temperature(data.settings.get("temperature"), s.temperature, s.data)  # refuse before any work
     n_test = int(round(data.n_frames * s.test_fraction))
     if n_test < 1:
@@ -389,7 +392,7 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
     if n_train < s.batch:
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
     run.prepare(record, overwrite, changed=changed_settings)
-    trainer = Trainer(s, run, data)
+    trainer = Trainer(s, run, data, molecule)
     summary = trainer.fit(progress=progress)
     plot_training(run)
     run.write_json(COMPLETE, summary)  # last: its presence marks the run complete
