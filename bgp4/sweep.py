@@ -105,6 +105,11 @@ def expected_cost(spec: RunSpec) -> int:
     return int(steps * t["batch"] * STEP_COST.get(spec.model, 1.0))
 
 
+def longest_first(specs: list[RunSpec]) -> list[RunSpec]:
+    """`specs` by expected cost, largest first (stable: equal costs keep their order)."""
+    return sorted(specs, key=expected_cost, reverse=True)
+
+
 def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: int, base: TrainSettings,
                samples: int, sample_batch: int = 10_000, threads_per_run: int = 1, gpus_per_run: float = 0.0,
                md: dict[str, Any] | None = None, by_model: dict[str, TrainSettings] | None = None) -> SweepPlan:
@@ -213,6 +218,7 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
     """A `distributed.Client`: on `scheduler`, or on a new LocalCluster of `n_workers` processes."""
     import logging
 
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler:
@@ -231,8 +237,12 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
         return
     resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
     # no memory limit: a worker holds one run, and a nanny restart for memory would only repeat it
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.CRITICAL, memory_limit=0, resources=resources) as cluster, Client(cluster) as client:
+    # saturation 1.0: a worker holds only the run it is on; the rest wait on the scheduler, where
+    # the priorities (longest first) choose the next one (Dask's default 1.1 hands each worker two)
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                         silence_logs=logging.CRITICAL, memory_limit=0, resources=resources) as cluster, \
+            Client(cluster) as client:
         yield client
 
 
@@ -272,9 +282,10 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
                 say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
                 client.submit(simulate_task, str(plan.data), plan.md, pure=False, retries=RETRIES).result()
             resources = {"GPU": plan.runs[0].gpus} if plan.runs[0].gpus > 0 else None
-            # longest first: the last tasks decide how long the cores sit idle at the end
+            # longest first: the last tasks decide how long the cores sit idle at the end. Submitted
+            # in that order too: a worker may be handed its next task before the later ones arrive
             futures = {client.submit(run_task, spec, pure=False, retries=RETRIES, resources=resources,
-                                     priority=expected_cost(spec)): spec for spec in pending}
+                                     priority=expected_cost(spec)): spec for spec in longest_first(pending)}
             failures = _follow(futures, progress, say, tqdm)
     else:
         say(f"all {len(plan.runs)} runs are complete")

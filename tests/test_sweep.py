@@ -130,6 +130,14 @@ def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
     assert costs["rnvp"] > costs["spline"] > 0
 
 
+def test_runs_are_submitted_longest_first(data_file, tmp_path):
+    # P4Inv steps cost more than RNVP steps: with equal settings its runs go first, seeds in order
+    from bgp4.sweep import longest_first
+
+    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "p4inv"], 2, TrainSettings(steps=10), 100)
+    assert [r.name for r in longest_first(plan.runs)] == ["p4inv-s0", "p4inv-s1", "rnvp-s0", "rnvp-s1"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--models", "rnvp,nonsense"], "unknown model"),
     (["--seeds", "0"], "--seeds"),
