@@ -2,8 +2,9 @@
 
 For each K: tunes step sizes on the pilot, anneals n samples (the same prior draws for every K)
 and prints `name: value` lines: wall time (pilot and main), seconds per level, energy+force
-evaluations per second and per sample, mean acceptance, raw and refined reverse ESS (Kish)
-and the log normalizer estimate.
+evaluations per second and per sample, mean acceptance, raw and refined reverse ESS (Kish) with
+bootstrap 95 % intervals, the share of the total weight held by the 10 largest refined weights
+(a heavy tail makes ESS on 10,000 samples noisy) and the log normalizer estimate.
 
 Usage: python run/bench/bench_refine.py RUN [--n 10000] [--levels 5 10 20] [--steps 2]
        [--leapfrog 1] [--resample-ess 0] [--workers 0] [--threads 0]
@@ -21,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bgp4.analysis import reverse_ess_interval  # noqa: E402
 from bgp4.energy import OpenMMEnergy  # noqa: E402
 from bgp4.model import load_generator  # noqa: E402
 from bgp4.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
@@ -75,8 +77,20 @@ def main() -> None:
                   f"  s_per_level: {per_level.mean():.2f}  evals: {evals}  evals_per_sample: {evals / args.n:.1f}"
                   f"  evals_per_s: {(chains.n_evals - args.n) / max(t3 - t2, 1e-9):.0f}"
                   f"  acceptance: {np.nanmean(chains.acceptance) if levels else float('nan'):.2f}"
-                  f"  ess_raw: {kish_ess(raw):.4f}  ess_refined: {kish_ess(chains.log_w):.4f}"
+                  f"  ess_raw: {kish_ess(raw):.4f} {_interval(raw)}  ess_refined: {kish_ess(chains.log_w):.4f}"
+                  f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
                   f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}", flush=True)
+
+
+def _interval(log_w: torch.Tensor) -> str:
+    low, high = reverse_ess_interval(log_w.cpu().numpy())
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+def _top_share(log_w: torch.Tensor, k: int = 10) -> float:
+    """Share of the total weight held by the k largest weights."""
+    w = torch.softmax(torch.nan_to_num(log_w.double(), nan=-torch.inf), 0)
+    return float(w.topk(min(k, w.numel())).values.sum())
 
 
 if __name__ == "__main__":
