@@ -154,16 +154,25 @@ def summarize_sweep(models: list[str], runs: dict[str, dict[int, dict[str, Any]]
     return out
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"
+def _fmt(value: float | None, width: float | None = None) -> str:
+    """3 significant digits; with an interval `width`, enough decimals to show it (-146.72, not -147)."""
+    if value is None:
+        return "n/a"
+    if width is not None and math.isfinite(width) and width > 0 and math.isfinite(value):
+        decimals = 1 - math.floor(math.log10(width))
+        shown = 2 - math.floor(math.log10(abs(value))) if value else 0  # decimals that 3 digits show
+        if shown < decimals <= 6:
+            return f"{value:.{decimals}f}"
+    return f"{value:.3g}"
 
 
 def _interval(entry: dict[str, Any]) -> str:
     if entry["mean"] is None:
         return "n/a"
     if entry["low"] is None:
-        return f"{_fmt(entry['mean'])} (n={entry['n']})"
-    return f"{_fmt(entry['mean'])} [{_fmt(entry['low'])}, {_fmt(entry['high'])}]"
+        return f"{entry['mean']:.4g} (n={entry['n']})"
+    width = entry["high"] - entry["low"]
+    return f"{_fmt(entry['mean'], width)} [{_fmt(entry['low'], width)}, {_fmt(entry['high'], width)}]"
 
 
 def _sentence(model: str, reference: str, summary: dict[str, Any]) -> str:
