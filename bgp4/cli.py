@@ -146,6 +146,7 @@ def train(
     workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),
     temperature: Optional[float] = typer.Option(None, help="Temperature of the data in K; only for a data file that records none (a plain mdtraj file)."),
     compile_mode: Optional[str] = typer.Option(None, "--compile", help="torch.compile the likelihood step: auto|on|off. auto compiles CPU runs of at least 3,000 steps (about a minute once, then ~40% faster steps); a failed compile falls back to plain PyTorch." + _d("compile")),
+    init: Optional[Path] = typer.Option(None, "--init", help="Start from the model of this finished run instead of a fresh initialization (same model kind, architecture, data, seed and test fraction), e.g. `--steps 0 --energy-steps 3000` to add an energy phase to it."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML or YAML file with any of these settings; flags win."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Discard an existing run in --out and train again."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -165,7 +166,7 @@ def train(
         lr_schedule=lr_schedule, clip_grad=clip_grad, penalty_weight=penalty_weight, merge_every=merge_every,
         force_every=force_every, correct_every=correct_every, test_fraction=test_fraction, eval_every=eval_every,
         fix_constrained=fix_constrained, device=device, seed=seed, workers=workers, compile=compile_mode,
-        temperature=temperature,
+        temperature=temperature, init=str(init) if init else None,
     )
     settings = merge_settings(TrainSettings, read_config_file(config) if config else {}, flags)
     summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)

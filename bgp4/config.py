@@ -135,6 +135,7 @@ class TrainSettings:
     checkpoint_minutes: float = 5.0
     compile: str = "auto"  # torch.compile the likelihood step: auto|on|off (auto: long CPU runs)
     temperature: float | None = None  # K; only for data files that record none (plain mdtraj files)
+    init: str | None = None  # a finished run to start from (same architecture, data and split)
 
     def validated(self) -> "TrainSettings":
         """A copy with the data path made absolute; raises InputError for impossible values."""
@@ -176,6 +177,7 @@ class TrainSettings:
         arch = resolve_architecture(self.model, self.blocks, self.hidden, self.bins)
         return dataclasses.replace(
             self, data=str(Path(self.data).expanduser().resolve()),
+            init=str(Path(self.init).expanduser().resolve()) if self.init else None,
             blocks=arch["blocks"], hidden=arch["hidden"], bins=arch.get("bins", 0),
             lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
             clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline else 0.0),
@@ -251,7 +253,13 @@ def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[
     defaults = dataclasses.asdict(TrainSettings())
     differ = sorted(k for k in set(previous) | set(current)
                     if k not in ignored and previous.get(k, defaults.get(k)) != current.get(k, defaults.get(k)))
-    old, new = previous.get("data_fingerprint"), current.get("data_fingerprint")
-    if (old != new) if (old and new) else (previous.get("data") != current.get("data")):
+    if not same_data(previous, current):
         differ.insert(0, "data")
     return differ
+
+
+def same_data(previous: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether two settings records name the same data: by fingerprint where both have one,
+    else by the data file's path."""
+    old, new = previous.get("data_fingerprint"), current.get("data_fingerprint")
+    return old == new if (old and new) else previous.get("data") == current.get("data")

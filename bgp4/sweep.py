@@ -132,6 +132,8 @@ def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: in
         raise InputError(f"--threads-per-run must be at least 1, got {threads_per_run}")
     if gpus_per_run < 0:
         raise InputError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
+    if any(s.init for s in [base, *(by_model or {}).values()]):
+        raise InputError("init does not apply to a sweep: each seed starts from its own initialization")
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise InputError(f"sweep directory {out} is a file")

@@ -9,9 +9,7 @@ scheduler, random generators, counters) is checkpointed, so a resumed run equals
 from __future__ import annotations
 
 import math
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,8 @@ import numpy as np
 import torch
 
 from bgp4._rng import PrivateRNG
-from bgp4.config import MODELS, TrainSettings, changed_settings, settings_record  # noqa: F401 - part of this API
+from bgp4._stop import StopRequest
+from bgp4.config import MODELS, TrainSettings, changed_settings, same_data, settings_record  # noqa: F401 - part of this API
 from bgp4.data import TrajectoryData, load_trajectory, resolve_temperature
 from bgp4.errors import InputError
 from bgp4.model import weights_defined
@@ -240,6 +239,10 @@ class Trainer:
 
         if not self.restore():
             self.run.truncate_log(-1)  # records of a run killed before its first checkpoint
+            if self.s.init:
+                from bgp4.model import load_generator
+
+                self.bg.load_state_dict(load_generator(RunDirectory(self.s.init).file(MODEL), self.device).state_dict())
             self._record([], test=True)
         self._compile(progress)
         energy = None
@@ -247,7 +250,7 @@ class Trainer:
             energy = OpenMMEnergy(self.molecule.system, self.temperature, n_workers=self.s.workers or None)
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
         last_save, record = time.monotonic(), {}
-        stop = _StopRequest()
+        stop = StopRequest()
         try:
             while self.step < self.total_steps:
                 started = time.perf_counter()
@@ -342,30 +345,6 @@ def grad_norm(parameters) -> torch.Tensor:
     return total_norm([p.grad for p in parameters])
 
 
-class _StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks between steps (main thread only).
-
-    A checkpoint taken in the middle of a step would hold a half-applied update; waiting for
-    the step boundary keeps a resumed run identical to an unbroken one.
-    """
-
-    def __init__(self):
-        self.requested = False
-        self._previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:
     """Train (or resume, or find complete) the run in `out`; returns (summary, newly_trained)."""
     import json
@@ -391,12 +370,34 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
     n_train = data.n_frames - n_test
     if n_train < s.batch:
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
+    if s.init:
+        check_init(s.init, record)
     run.prepare(record, overwrite, changed=changed_settings)
     trainer = Trainer(s, run, data, molecule)
     summary = trainer.fit(progress=progress)
     plot_training(run)
     run.write_json(COMPLETE, summary)  # last: its presence marks the run complete
     return summary, True
+
+
+# what a run started from another (--init) must share with it: the architecture, and the data and
+# split, so that the test frames stay unseen and the fitted coordinate transform stays valid
+INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "seed", "test_fraction")
+
+
+def check_init(init: str | Path, record: dict[str, Any]) -> None:
+    """Refuse (InputError) to start the run with settings `record` from the run directory `init`
+    unless that run is finished and has the same architecture, data and train/test split."""
+    source = RunDirectory(init)
+    if not source.complete or not source.file(MODEL).is_file():
+        raise InputError(f"--init {init}: not a finished bgp4 training run (no complete.json or model.pt)")
+    previous = source.settings()
+    differ = [k for k in INIT_MUST_MATCH if previous.get(k) != record.get(k)]
+    if not same_data(previous, record):
+        differ.insert(0, "data")
+    if differ:
+        raise InputError(f"--init {init} was trained with another {', '.join(differ)}; "
+                         "a run can only start from one with the same architecture, data and split")
 
 
 def plot_training(run: RunDirectory) -> None:

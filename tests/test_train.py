@@ -392,3 +392,24 @@ def test_damaged_checkpoint_is_refused_cleanly(md_file, tmp_path):
     (tmp_path / "run" / "checkpoint.pt").write_bytes(b"\x80\x02 not a checkpoint")
     with pytest.raises(InputError, match="checkpoint.pt is damaged"):
         train(settings, tmp_path / "run", progress=False)
+
+
+def test_init_starts_from_a_finished_run_and_refuses_a_mismatch(md_file, tmp_path):
+    from bgp4.model import load_generator
+
+    base = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10})
+    first, _ = train(base, tmp_path / "first", progress=False)
+    tuned = replace(base, steps=0, energy_steps=2, init=str(tmp_path / "first"))
+    summary, trained = train(tuned, tmp_path / "tuned", progress=False)
+    assert trained and summary["test_nll_start"] == pytest.approx(first["test_nll_end"], abs=1e-4)
+    assert summary["energy_evaluations"] == 2 * TINY["batch"]
+    assert RunDirectory(tmp_path / "tuned").settings()["init"] == str((tmp_path / "first").resolve())
+    changed = load_generator(tmp_path / "tuned" / "model.pt").state_dict()
+    start = load_generator(tmp_path / "first" / "model.pt").state_dict()
+    assert any(not torch.equal(changed[k], start[k]) for k in start)  # the energy steps moved it
+    for other, word in ((dict(hidden=16), "hidden"), (dict(seed=3), "seed"), (dict(model="p4inv"), "model")):
+        with pytest.raises(InputError, match=word):
+            train(replace(tuned, **other), tmp_path / f"bad-{word}", progress=False)
+        assert not (tmp_path / f"bad-{word}").exists()
+    with pytest.raises(InputError, match="not a finished"):
+        train(replace(tuned, init=str(tmp_path / "nothing")), tmp_path / "bad-missing", progress=False)
