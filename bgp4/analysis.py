@@ -12,7 +12,11 @@ from typing import Any
 import mdtraj
 import numpy as np
 
+from bgp4._arrays import _as_1d, _same_length
 from bgp4.errors import InputError
+from bgp4.weights import (  # noqa: F401 - re-exported: the metric functions in one namespace
+    CI_LEVEL, N_BOOTSTRAP, log_weights, normalized_weights, reverse_ess, reverse_ess_interval,
+)
 
 __all__ = [
     "CI_LEVEL", "KL_EPS", "NOISE_SIGMA_NM", "N_BINS", "N_BOOTSTRAP", "angle_edges", "backbone_dihedrals",
@@ -28,26 +32,6 @@ N_BINS = 64
 KL_EPS = 1e-10
 #: Per-coordinate noise (nm) of the paper's perturbed-data reference.
 NOISE_SIGMA_NM = 0.004
-
-
-def _as_1d(values: Any, name: str) -> np.ndarray:
-    """`values` as a float64 vector; raises InputError for anything that is not 1-d."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise InputError(f"{name} must be a 1-d array, got shape {array.shape}")
-    return array
-
-
-def _same_length(**arrays: np.ndarray) -> None:
-    lengths = {name: len(a) for name, a in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        raise InputError(f"arrays must have the same length, got {lengths}")
-
-
-def _json_float(value: float) -> float | None:
-    """A plain float for JSON, None where the value is undefined (nan or infinite)."""
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 # --------------------------------------------------------------------------- dihedrals
@@ -171,103 +155,6 @@ def noisy_reference(xyz: np.ndarray, sigma: float = NOISE_SIGMA_NM,
     generator = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     positions = np.asarray(xyz, dtype=np.float64)
     return positions + generator.normal(0.0, sigma, size=positions.shape)
-
-
-# --------------------------------------------------------------------------- importance weights
-
-
-def log_weights(u: np.ndarray, log_q: np.ndarray) -> np.ndarray:
-    """Unnormalized log importance weights log w = -u - log q, shape (n,).
-
-    u is the reduced energy (kT) of flow samples and log q their log density under the flow.
-    Any sample whose u or log q is not finite gets log w = -inf (weight zero): a sample with an
-    undefined energy or density carries no usable information about the target.
-    """
-    energies = _as_1d(u, "u")
-    log_density = _as_1d(log_q, "log_q")
-    _same_length(u=energies, log_q=log_density)
-    with np.errstate(invalid="ignore", over="ignore"):
-        log_w = -energies - log_density
-    log_w[~(np.isfinite(energies) & np.isfinite(log_density) & np.isfinite(log_w))] = -np.inf
-    return log_w
-
-
-def _clean_log_weights(log_w: np.ndarray) -> np.ndarray:
-    """nan -> -inf; if any +inf, those samples share all the weight (the limit of huge weights)."""
-    clean = np.where(np.isnan(log_w), -np.inf, log_w)
-    infinite = np.isposinf(clean)
-    if infinite.any():
-        clean = np.where(infinite, 0.0, -np.inf)
-    return clean
-
-
-def normalized_weights(log_w: np.ndarray) -> np.ndarray:
-    """Self-normalized weights (n,) summing to 1 from log weights; all zeros if no weight is positive.
-
-    The maximum is subtracted before exponentiating, so log weights spanning thousands of kT
-    neither overflow nor lose the dominant samples; nan and -inf entries get weight 0.
-    """
-    clean = _clean_log_weights(_as_1d(log_w, "log_w"))
-    if clean.size == 0 or not np.isfinite(clean).any():
-        return np.zeros_like(clean)
-    shifted = np.exp(clean - clean.max())
-    return shifted / shifted.sum()
-
-
-def reverse_ess(log_w: np.ndarray) -> float:
-    """Kish effective sample size per sample, (sum w)^2 / sum w^2 / N, in [0, 1].
-
-    Computed as exp(2 logsumexp(log w) - logsumexp(2 log w) - log N) after subtracting max log w.
-    Zero-weight entries (-inf, nan) count in N; 0.0 if no weight is positive; nan for N = 0.
-    """
-    clean = _clean_log_weights(_as_1d(log_w, "log_w"))
-    n = clean.size
-    if n == 0:
-        return math.nan
-    finite = clean[np.isfinite(clean)]
-    if finite.size == 0:
-        return 0.0
-    scaled = np.exp(finite - finite.max())  # the largest term is 1, so both sums are >= 1
-    log_ess = 2.0 * np.log(scaled.sum()) - np.log(np.square(scaled).sum()) - np.log(n)
-    return float(min(1.0, np.exp(log_ess)))
-
-
-#: Bootstrap resamples for the reverse ESS interval, and the interval's coverage.
-N_BOOTSTRAP = 200
-CI_LEVEL = 0.95
-_BOOTSTRAP_CHUNK = 4_000_000  # gathered log weights per chunk (32 MB of float64)
-
-
-def reverse_ess_interval(log_w: np.ndarray, n_boot: int = N_BOOTSTRAP, level: float = CI_LEVEL,
-                         rng: np.random.Generator | int | None = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval (low, high) of `reverse_ess`.
-
-    The n samples are resampled with replacement `n_boot` times (seeded by `rng`) and the Kish
-    ESS per sample of each resample is computed in log space per resample, so a resample that
-    misses the largest weights does not underflow. (nan, nan) for n = 0; (0, 0) when no weight
-    is positive.
-    """
-    clean = _clean_log_weights(_as_1d(log_w, "log_w"))
-    if int(n_boot) < 1 or not 0.0 < level < 1.0:
-        raise InputError(f"need n_boot >= 1 and 0 < level < 1, got {n_boot} and {level}")
-    n = clean.size
-    if n == 0:
-        return math.nan, math.nan
-    if not np.isfinite(clean).any():
-        return 0.0, 0.0
-    generator = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    ess = np.empty(int(n_boot))
-    rows = max(1, _BOOTSTRAP_CHUNK // n)
-    for start in range(0, int(n_boot), rows):
-        gathered = clean[generator.integers(0, n, size=(min(rows, int(n_boot) - start), n))]
-        top = gathered.max(axis=1, keepdims=True)
-        alive = np.isfinite(top[:, 0])
-        scaled = np.exp(gathered[alive] - top[alive])  # the largest term of each row is 1
-        part = np.zeros(gathered.shape[0])
-        part[alive] = np.square(scaled.sum(axis=1)) / np.square(scaled).sum(axis=1) / n
-        ess[start:start + part.size] = part
-    low, high = np.quantile(np.minimum(ess, 1.0), [(1.0 - level) / 2, (1.0 + level) / 2])
-    return float(low), float(high)
 
 
 # --------------------------------------------------------------------------- histograms

@@ -13,7 +13,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from queue import Empty

@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from bgp4._arrays import _as_1d, _json_float, _same_length
 from bgp4.analysis import (
-    N_BINS, N_BOOTSTRAP, _as_1d, _json_float, _same_length, energy_shift, energy_w2, log_weights,
-    low_energy_fraction, normalized_weights, phi_positive_population, ramachandran_floor, ramachandran_kl,
-    ramachandran_tv, reverse_ess, reverse_ess_interval, state_free_energy,
+    N_BINS, energy_shift, energy_w2, low_energy_fraction, phi_positive_population, ramachandran_floor,
+    ramachandran_kl, ramachandran_tv, state_free_energy,
 )
+from bgp4.weights import N_BOOTSTRAP, log_weights, normalized_weights, reverse_ess, reverse_ess_interval
 
 __all__ = ["REWEIGHTED_KEYS", "model_metrics", "summarize_reference"]
 

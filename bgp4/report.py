@@ -95,6 +95,7 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
     rama = {"MD": (phi_md, psi_md, None)}
     free = {"MD": A.free_energy_1d(phi_md)}
     taken: set[str] = set()
+    label = ""
     for run, suffix, info, samples in loaded:
         label = _run_label(run, taken) if not suffix else label + suffix  # a refined entry follows its run's
         taken.add(label)

@@ -110,7 +110,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
 
 def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool) -> dict[str, Any]:
     """Counts and energies (kT) of a samples file; reverse ESS only where weights are defined, else None."""
-    from bgp4.analysis import reverse_ess
+    from bgp4.weights import reverse_ess
 
     finite = extras["finite"]
     return {

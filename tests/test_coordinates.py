@@ -10,7 +10,7 @@ import torch
 
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
-from bgp4.flows.coordinates import _sparsest_cut
+from bgp4.flows.torsions import _sparsest_cut
 from bgp4.molecule import constrained_bonds
 
 

@@ -44,6 +44,7 @@ from torch import nn
 
 from bgp4.errors import InputError
 from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, place_atom
+from bgp4.flows.torsions import TORSION_MODES, TWO_PI, _goes_around, _sparsest_cut, _torsion_from_logit, _torsion_logit
 
 if TYPE_CHECKING:
     from bgp4.molecule import Molecule
@@ -51,26 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["MixedCoordinateTransform"]
 
 _F64 = torch.float64
-TWO_PI = 2.0 * math.pi
-_LOGIT_EPS = 1e-12  # torsions exactly at the cut would map to -inf
-TORSION_MODES = ("logit", "circular")
-#: A torsion is circular when every 5-degree bin of the training data holds at least this share
-#: of the uniform density (at 600 K: the three methyl rotors and psi; phi has an empty range).
-CIRCULAR_BINS, CIRCULAR_MIN_DENSITY = 72, 0.01
-
-
-def _torsion_logit(t: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Torsions (rad) -> logit of their position in (cut, cut + 2 pi), and log|dt/du| (B,)."""
-    s = (torch.remainder(t - cut, TWO_PI) / TWO_PI).clamp(_LOGIT_EPS, 1.0 - _LOGIT_EPS)
-    return s.log() - (-s).log1p(), (math.log(TWO_PI) + s.log() + (-s).log1p()).sum(1)
-
-
-def _torsion_from_logit(u: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of `_torsion_logit`: torsions in (cut, cut + 2 pi) and log|dt/du| (B,)."""
-    logsig = torch.nn.functional.logsigmoid
-    return cut + TWO_PI * torch.sigmoid(u), (math.log(TWO_PI) + logsig(u) + logsig(-u)).sum(1)
-
-
 class MixedCoordinateTransform(nn.Module):
     """Bijection between flow coordinates (batch, n_dims) and positions (batch, n_atoms, 3) nm.
 
@@ -393,25 +374,3 @@ class MixedCoordinateTransform(nn.Module):
             x = frames_view(x, self.n_atoms).to(_F64)
             back, _ = self.to_cartesian(self.from_cartesian(x)[0])
             return (back - self.superpose(x)).square().sum(-1).mean(-1).sqrt()
-
-
-def _sparsest_cut(torsions: torch.Tensor, bins: int) -> torch.Tensor:
-    """Per column of (n, m) torsions in (-pi, pi]: centre of the least populated histogram bin.
-
-    Counts are smoothed over neighbouring bins (circularly) so the cut lands inside a gap.
-    """
-    width = TWO_PI / bins
-    which = torch.floor((torsions + math.pi) / width).long().clamp_(0, bins - 1)
-    counts = torch.zeros(bins, torsions.shape[1], dtype=_F64)
-    counts.scatter_add_(0, which, torch.ones_like(torsions))
-    smooth = counts + 0.5 * (counts.roll(1, 0) + counts.roll(-1, 0))
-    return -math.pi + width * (smooth.argmin(0).to(_F64) + 0.5)
-
-
-def _goes_around(torsions: torch.Tensor) -> torch.Tensor:
-    """(m,) bool per column of (n, m) torsions: every one of CIRCULAR_BINS bins is populated."""
-    width = TWO_PI / CIRCULAR_BINS
-    which = torch.floor((torsions + math.pi) / width).long().clamp_(0, CIRCULAR_BINS - 1)
-    counts = torch.zeros(CIRCULAR_BINS, torsions.shape[1], dtype=_F64)
-    counts.scatter_add_(0, which, torch.ones_like(torsions))
-    return counts.min(0).values >= CIRCULAR_MIN_DENSITY * torsions.shape[0] / CIRCULAR_BINS

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bgp4.analysis import reverse_ess_interval  # noqa: E402
+from bgp4.weights import reverse_ess_interval  # noqa: E402
 from bgp4.energy import OpenMMEnergy  # noqa: E402
 from bgp4.model import load_generator  # noqa: E402
 from bgp4.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
