@@ -375,7 +375,10 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
     run.prepare(record, overwrite, changed=changed_settings)
     trainer = Trainer(s, run, data, molecule)
     summary = trainer.fit(progress=progress)
-    plot_training(run)
+    from bgp4.plots import training_curves
+
+    training_curves([{**r, "step": r["global_step"], "energy": r.get("energy_kT"),  # training.png/.pdf
+                      "p4inv_residual": r.get("p4inv_last_residual")} for r in run.records()], run.file("training"))
     run.write_json(COMPLETE, summary)  # last: its presence marks the run complete
     return summary, True
 
@@ -398,12 +401,3 @@ def check_init(init: str | Path, record: dict[str, Any]) -> None:
     if differ:
         raise InputError(f"--init {init} was trained with another {', '.join(differ)}; "
                          "a run can only start from one with the same architecture, data and split")
-
-
-def plot_training(run: RunDirectory) -> None:
-    """training.png/.pdf of a run from its metrics log: NLL, sample energies, P4Inv residual."""
-    from bgp4.plots import training_curves
-
-    curves = [{**r, "step": r["global_step"], "energy": r.get("energy_kT"),
-               "p4inv_residual": r.get("p4inv_last_residual")} for r in run.records()]
-    training_curves(curves, run.file("training"))
