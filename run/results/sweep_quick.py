@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-QUICK_MD = ["--frames", "50000", "--equilibration-ps", "20"]
+QUICK_MD = ["--frames", "100000", "--save-every", "25", "--equilibration-ps", "20"]
 QUICK_TRAIN = ["--steps", "4000", "--energy-steps", "400", "--eval-every", "500"]
 QUICK_SAMPLES = "20000"
 TINY_MD = ["--frames", "3000", "--equilibration-ps", "2"]
