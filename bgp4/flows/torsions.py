@@ -32,23 +32,24 @@ def _torsion_from_logit(u: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tenso
     return cut + TWO_PI * torch.sigmoid(u), (math.log(TWO_PI) + logsig(u) + logsig(-u)).sum(1)
 
 
+def _bin_counts(torsions: torch.Tensor, bins: int) -> torch.Tensor:
+    """(bins, m) counts per column of (n, m) torsions in (-pi, pi] over equal bins of the circle."""
+    which = torch.floor((torsions + math.pi) / (TWO_PI / bins)).long().clamp_(0, bins - 1)
+    counts = torch.zeros(bins, torsions.shape[1], dtype=_F64)
+    return counts.scatter_add_(0, which, torch.ones_like(torsions))
+
+
 def _sparsest_cut(torsions: torch.Tensor, bins: int) -> torch.Tensor:
     """Per column of (n, m) torsions in (-pi, pi]: centre of the least populated histogram bin.
 
     Counts are smoothed over neighbouring bins (circularly) so the cut lands inside a gap.
     """
-    width = TWO_PI / bins
-    which = torch.floor((torsions + math.pi) / width).long().clamp_(0, bins - 1)
-    counts = torch.zeros(bins, torsions.shape[1], dtype=_F64)
-    counts.scatter_add_(0, which, torch.ones_like(torsions))
+    counts = _bin_counts(torsions, bins)
     smooth = counts + 0.5 * (counts.roll(1, 0) + counts.roll(-1, 0))
-    return -math.pi + width * (smooth.argmin(0).to(_F64) + 0.5)
+    return -math.pi + (TWO_PI / bins) * (smooth.argmin(0).to(_F64) + 0.5)
 
 
 def _goes_around(torsions: torch.Tensor) -> torch.Tensor:
     """(m,) bool per column of (n, m) torsions: every one of CIRCULAR_BINS bins is populated."""
-    width = TWO_PI / CIRCULAR_BINS
-    which = torch.floor((torsions + math.pi) / width).long().clamp_(0, CIRCULAR_BINS - 1)
-    counts = torch.zeros(CIRCULAR_BINS, torsions.shape[1], dtype=_F64)
-    counts.scatter_add_(0, which, torch.ones_like(torsions))
+    counts = _bin_counts(torsions, CIRCULAR_BINS)
     return counts.min(0).values >= CIRCULAR_MIN_DENSITY * torsions.shape[0] / CIRCULAR_BINS

@@ -18,7 +18,6 @@ import torch
 
 from bgp4.energy import OpenMMEnergy
 from bgp4.model import load_generator
-from bgp4.molecule import get_molecule
 from bgp4.weights import log_weights, reverse_ess, reverse_ess_interval
 
 CHUNK = 5_000
@@ -44,9 +43,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=123)
     a = parser.parse_args()
     temperature = json.loads((a.init_run / "complete.json").read_text())["temperature"]
-    energy = OpenMMEnergy(get_molecule().system, temperature, n_workers=1)
+    bg = load_generator(a.init_run / "model.pt")
+    energy = OpenMMEnergy(bg.molecule().system, temperature, n_workers=1)
     try:
-        bg = load_generator(a.init_run / "model.pt")
         ess, (lo, hi) = ess_of(bg, energy, a.n, a.seed)
         print(f"{a.init_run}: ESS {ess:.3f} [{lo:.3f}, {hi:.3f}]")
         state = torch.load(a.run / "checkpoint.pt", map_location="cpu", weights_only=False)
