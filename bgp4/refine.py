@@ -12,7 +12,9 @@ K = 0 gives the raw weights r(z_0). Moves: HMC with `leapfrog` steps (1 = MALA),
 evaluation per leapfrog step and sample. Step sizes are tuned per level on a separate pilot batch
 whose samples are discarded, so the main run's kernels are fixed and its weights exact. Optional
 SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
-after which every weight is the mean weight (the normalizer estimate stays unbiased). Samples with
+after which every weight is the mean weight (the normalizer estimate stays unbiased); each
+sample's `ancestor` (the starting sample its lineage began with) is carried along, so that the ESS
+can count the copies of one lineage once (`bgp4.weights.lineage_ess`). Samples with
 r = -inf (infinite energy, outside the coordinate domain) weigh zero and never move. Latent dims
 flagged circular (angles of period 2 pi) are wrapped into [-pi, pi) after each position update.
 
@@ -29,6 +31,7 @@ import numpy as np
 import torch
 
 from bgp4.errors import InputError
+from bgp4.weights import lineage_ess
 
 __all__ = ["AnnealResult", "Evaluation", "FunctionTarget", "GeneratorTarget", "Target", "anneal",
            "anneal_target", "kish_ess", "schedule", "tune_step_sizes", "Chains"]
@@ -156,13 +159,14 @@ class Chains:
     `state_dict()` / `Chains.from_state` give a plain dict of numpy arrays (for an npz checkpoint).
     """
 
-    ARRAYS = ("z", "log_base", "log_ratio", "grad_base", "grad_ratio", "log_w")
+    ARRAYS = ("z", "log_base", "log_ratio", "grad_base", "grad_ratio", "log_w", "ancestor")
 
     def __init__(self, z: torch.Tensor, ev: Evaluation, levels: int):
         self.z, self.log_base, self.log_ratio = z.detach(), ev.log_base, ev.log_ratio
         self.grad_base, self.grad_ratio = ev.grad_base, ev.grad_ratio
         self.aux = dict(ev.aux)
         self.log_w = torch.zeros(len(z), dtype=torch.float64)
+        self.ancestor = torch.arange(len(z), device=z.device)
         self.level = 0
         self.acceptance = np.full(levels, np.nan)
         self.n_evals = len(z)
@@ -179,7 +183,8 @@ class Chains:
 
     def reorder(self, idx: torch.Tensor) -> None:
         for name in self.ARRAYS:
-            setattr(self, name, getattr(self, name)[idx])
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name)[idx])
         self.aux = {k: v[idx] for k, v in self.aux.items()}
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -199,6 +204,8 @@ class Chains:
         self.level, self.n_evals = int(state["level"]), int(state["n_evals"])
         self.acceptance, self.resampled = np.array(state["acceptance"]), np.array(state["resampled"])
         self.finished = bool(state["finished"])
+        if self.ancestor is None and not self.resampled.any():  # a state saved before lineages were kept
+            self.ancestor = torch.arange(len(self.z), device=self.z.device)
         return self
 
 
@@ -292,7 +299,8 @@ def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int
 class AnnealResult(NamedTuple):
     """Result of `anneal`: x (n, n_atoms, 3) nm, z (n, d), log_w (n,) AIS log weights, u (n,) kT,
     log_q (n,) of the final x, ok (n,) in-domain, raw_log_w (n,) of the starting samples,
-    betas (K + 2,), step_sizes (K,), acceptance (K,), n_evals (energy+force evaluations, pilot included)."""
+    betas (K + 2,), step_sizes (K,), acceptance (K,), n_evals (energy+force evaluations, pilot included),
+    ancestor (n,): the starting sample of each sample's lineage (SMC resampling copies samples)."""
 
     x: torch.Tensor
     z: torch.Tensor
@@ -305,10 +313,16 @@ class AnnealResult(NamedTuple):
     step_sizes: np.ndarray
     acceptance: np.ndarray
     n_evals: int
+    ancestor: Optional[torch.Tensor] = None
 
     @property
     def ess(self) -> float:
         return kish_ess(self.log_w)
+
+    @property
+    def lineage_ess(self) -> float:
+        """Kish ESS per sample counting the copies of one lineage once (= ess without resampling)."""
+        return lineage_ess(self.log_w.numpy(), self.ancestor.cpu().numpy())
 
     @property
     def log_z(self) -> float:
@@ -361,4 +375,4 @@ def anneal(generator, energy, n: int, levels: int, steps: int = 2, leapfrog: int
     with torch.no_grad():
         x = generator.generate(c.z).x
     return AnnealResult(x, c.z, c.log_w, c.aux["u"], c.aux["log_q"], c.aux["ok"], raw, plan.betas,
-                        plan.step_sizes, c.acceptance, c.n_evals + plan.pilot_evals)
+                        plan.step_sizes, c.acceptance, c.n_evals + plan.pilot_evals, c.ancestor)

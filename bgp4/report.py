@@ -12,6 +12,7 @@ import numpy as np
 
 from bgp4.errors import InputError
 from bgp4.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
+from bgp4.weights import lineage_ess
 
 NOISE_FRAMES = 20_000  # MD frames perturbed for the noise reference column
 #: Why weights count as undefined for a run whose complete.json has no `weights_defined` key.
@@ -38,7 +39,7 @@ def _load_samples(run: Path, n_atoms: int) -> list[tuple[str, dict[str, Any], An
     """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)]."""
     from bgp4.data import load_trajectory
     from bgp4.rundir import COMPLETE, RunDirectory
-    from bgp4.sample import SAMPLE_EXTRAS, default_samples_path, refined_path
+    from bgp4.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
 
     rundir = RunDirectory(run)
     settings = rundir.settings()
@@ -49,7 +50,7 @@ def _load_samples(run: Path, n_atoms: int) -> list[tuple[str, dict[str, Any], An
     info = {"settings": settings, "complete": complete}
     entries = [("", info, load_trajectory(path, n_atoms=n_atoms, extras=SAMPLE_EXTRAS))]
     if refined_path(path).exists():
-        refined = load_trajectory(refined_path(path), n_atoms=n_atoms, extras=SAMPLE_EXTRAS)
+        refined = load_trajectory(refined_path(path), n_atoms=n_atoms, extras=REFINED_EXTRAS)
         entries.append((f" +AIS({refined.settings.get('refine_levels')})", info, refined))
     return entries
 
@@ -114,6 +115,8 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
             test_nll=info["complete"].get("test_nll_end"), train_wall_s=info["complete"].get("wall_s"),
             energy_evals_per_sample=samples.settings.get("evals_per_sample", 1),
         )
+        if summary["weights_defined"] and samples.settings.get("resampled_levels") and "ancestor" in samples.extras:
+            summary["reverse_ess_lineage"] = lineage_ess(A.log_weights(u, log_q), samples.extras["ancestor"])
         metrics["models"][label] = summary
         violins[label] = u
         rama[label] = (phi, psi, None)
@@ -154,6 +157,8 @@ def _signed(value: Any) -> str:
 
 
 NOT_DEFINED = "not defined"
+#: Rows shown only when some model has them (SMC-resampled samples only).
+OPTIONAL_KEYS = {"reverse_ess_lineage"}
 #: A table cell: one model's metrics -> text.
 Cell = Callable[[dict[str, Any]], str]
 
@@ -190,6 +195,7 @@ def _rows(md: dict[str, Any]) -> list[tuple[str, Cell, tuple[str, ...]]]:
         ("energy W2, reweighted (kT)", _plain("energy_w2_reweighted"), ("energy_w2_reweighted",)),
         ("low-energy fraction", _plain("low_energy_fraction"), ("low_energy_fraction",)),
         ("reverse ESS [95 % CI], N", _ess, ("reverse_ess",)),
+        ("reverse ESS by SMC lineage", _plain("reverse_ess_lineage"), ("reverse_ess_lineage",)),
         ("Ramachandran KL (MD floor)", _with_floor("ramachandran_kl", "ramachandran_kl_floor"), ("ramachandran_kl",)),
         ("Ramachandran KL, reweighted (MD floor at ESS·N)",
          _with_floor("ramachandran_kl_reweighted", "ramachandran_kl_floor_ess"), ("ramachandran_kl_reweighted",)),
@@ -215,6 +221,7 @@ All energies are reduced, u = U / kT at the data's temperature; w = exp(-u - log
 - **energy W2**: 1-d Wasserstein-2 distance between the MD and sample energy distributions (kT), from their quantile functions (weighted quantiles under w when reweighted); non-finite energies left out; never below |energy shift|.
 - **low-energy fraction**: share of samples below the highest training-frame energy.
 - **reverse ESS**: Kish effective sample size per sample, (sum w)^2 / (N sum w^2), over all N samples (zero weight for a non-finite energy or a sample outside the IC domain); the interval is the 2.5-97.5 % percentile of 200 seeded bootstrap resamples of the N samples.
+- **reverse ESS by SMC lineage** (only for samples refined with resampling): resampling copies samples, and the copies' equal weights make the plain Kish ESS overstate; here the weights of all samples that descend from one starting sample are summed first and the Kish ESS of those sums is divided by N (copies counted as fully correlated: a lower estimate).
 - **Ramachandran KL**: KL(MD || model) of 64 x 64 (phi, psi) histograms on [-pi, pi]^2 (density floor 1e-10); reweighted under w.
 - **Ramachandran TV**: total variation 0.5 sum |p_i - q_i| of the same bins' probabilities, in [0, 1].
 - **MD floor**: the same distance for a seeded MD subsample of the model's size against the other MD frames, i.e. about what a perfect model would score at that N; undefined when the model has at least as many samples as MD. For the reweighted figures the subsample has ESS·N frames, a rough guide only (it overstates the KL floor: N weighted samples leave fewer bins empty than ESS·N unweighted ones).
@@ -238,6 +245,7 @@ def render_report(metrics: dict[str, Any], data_path: str | Path) -> str:
     rows = "".join(
         f"| {name} | " + " | ".join(cell(m, show, keys) for m in models.values()) + " |\n"
         for name, show, keys in _rows(md)
+        if not set(keys) <= OPTIONAL_KEYS or any(k in m for m in models.values() for k in keys)
     )
     notes = "".join(
         f"- {label}: importance weights {NOT_DEFINED} ({m.get('weights_note')}), so no reverse ESS and no "

@@ -23,6 +23,8 @@ from bgp4.platform import resolve_device
 from bgp4.rundir import MODEL, RunDirectory
 
 SAMPLE_EXTRAS = ("log_q", "log_w", "finite", "in_domain")
+#: Refined files also hold each sample's SMC lineage (the starting sample it descends from).
+REFINED_EXTRAS = SAMPLE_EXTRAS + ("ancestor",)
 
 
 def default_samples_path(run: str | Path) -> Path:
@@ -235,13 +237,21 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     log_q = torch.cat([c.aux["log_q"] for c in results]).cpu().numpy()
     ok = torch.cat([c.aux["ok"] for c in results]).cpu().numpy().astype(bool)
     log_w = torch.cat([c.log_w for c in results]).cpu().numpy()
+    offsets = np.cumsum([0] + [len(c.z) for c in results])  # lineages are numbered across batches
+    ancestor = (np.concatenate([c.ancestor.cpu().numpy() + o for c, o in zip(results, offsets)])
+                if all(c.ancestor is not None for c in results) else None)
     e = u * kT
     finite = np.isfinite(e) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
     extras = {"log_q": log_q, "log_w": np.where(finite & ok, log_w, -np.inf), "finite": finite, "in_domain": ok}
+    if ancestor is not None:
+        extras["ancestor"] = ancestor
     n_evals = int(sum(c.n_evals for c in results)) + int(plan["pilot_evals"])
     acceptance = np.nanmean(np.stack([c.acceptance for c in results]), axis=0) if r.levels else np.zeros(0)
     summary = _summary(u, extras, complete.get("weights_defined", False))
     summary.update(energy_evals=n_evals, evals_per_sample=n_evals / s.n, levels=r.levels)
+    if ancestor is not None and summary.get("reverse_ess") is not None:  # copies of one lineage count once
+        from bgp4.weights import lineage_ess
+        summary.update(lineage_ess=lineage_ess(extras["log_w"], ancestor), lineages=int(np.unique(ancestor).size))
     record.update(
         summary=json.dumps(summary), temperature=temperature, betas=betas.tolist(), step_sizes=sizes.tolist(),
         acceptance=[float(a) for a in acceptance], energy_evals=n_evals, evals_per_sample=n_evals / s.n,

@@ -1,5 +1,5 @@
-"""Importance weights of generator samples: log w = -u - log q, self-normalized weights, and the
-Kish reverse effective sample size with a bootstrap interval.
+"""Importance weights of generator samples: log w = -u - log q, self-normalized weights, the
+Kish reverse effective sample size with a bootstrap interval, and its lineage form for SMC.
 
 Pure functions on numpy arrays; u in kT, log q in nats. Zero weight (log w = -inf) for any sample
 whose energy or density is undefined.
@@ -13,7 +13,8 @@ import numpy as np
 from bgp4._arrays import _as_1d, _same_length
 from bgp4.errors import InputError
 
-__all__ = ["CI_LEVEL", "N_BOOTSTRAP", "log_weights", "normalized_weights", "reverse_ess", "reverse_ess_interval"]
+__all__ = ["CI_LEVEL", "N_BOOTSTRAP", "lineage_ess", "log_weights", "normalized_weights", "reverse_ess",
+           "reverse_ess_interval"]
 
 
 def log_weights(u: np.ndarray, log_q: np.ndarray) -> np.ndarray:
@@ -70,6 +71,30 @@ def reverse_ess(log_w: np.ndarray) -> float:
     scaled = np.exp(finite - finite.max())  # the largest term is 1, so both sums are >= 1
     log_ess = 2.0 * np.log(scaled.sum()) - np.log(np.square(scaled).sum()) - np.log(n)
     return float(min(1.0, np.exp(log_ess)))
+
+
+def lineage_ess(log_w: np.ndarray, ancestor: np.ndarray) -> float:
+    """Kish ESS per sample with the samples of one SMC lineage counted as one weighted sample.
+
+    After resampling, copies of one starting sample carry equal weights and the plain Kish ESS
+    counts each copy as independent, so it overstates; summing the weights within each lineage
+    (`ancestor` (n,): the starting sample each one descends from) and taking the Kish ESS of those
+    sums over N treats the copies as fully correlated instead, a lower estimate. Without resampling
+    every lineage holds one sample and this equals `reverse_ess`.
+    """
+    clean = _clean_log_weights(_as_1d(log_w, "log_w"))
+    lineage = np.asarray(ancestor).reshape(-1)
+    _same_length(log_w=clean, ancestor=lineage)
+    n = clean.size
+    if n == 0:
+        return math.nan
+    finite = np.isfinite(clean)
+    if not finite.any():
+        return 0.0
+    scaled = np.exp(clean[finite] - clean[finite].max())
+    _, which = np.unique(lineage[finite], return_inverse=True)
+    summed = np.bincount(which, weights=scaled)
+    return float(min(1.0, np.square(summed.sum()) / np.square(summed).sum() / n))
 
 
 #: Bootstrap resamples for the reverse ESS interval, and the interval's coverage.

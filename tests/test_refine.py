@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from bgp4.errors import InputError
 from bgp4.refine import Chains, FunctionTarget, anneal_target, kish_ess, run_levels, schedule, start
+from bgp4.weights import lineage_ess
 
 LOG_Z = math.log(5.0)  # the toy target's normalizer
 MEANS = torch.tensor([[-2.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
@@ -94,6 +95,19 @@ def test_smc_resampling_keeps_the_normalizer_unbiased():
     lo, hi = _bootstrap(_log_z, chains.log_w)
     # after a resampling every weight is the mean: the spread left is from the later levels only
     assert lo <= LOG_Z <= hi
+    # copies share their lineage, so counting each lineage once gives a lower ESS than Kish's
+    lineages = chains.ancestor.unique()
+    assert 0 < lineages.numel() < 4000 and int(lineages.min()) >= 0 and int(lineages.max()) < 4000
+    assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) < 0.9 * kish_ess(chains.log_w)
+
+
+def test_lineage_ess_counts_copies_once_and_equals_kish_without_resampling(annealed):
+    # four equal weights in two lineages of two copies: lineage sums (2, 2), ESS 16 / 8 / 4
+    assert lineage_ess(np.zeros(4), np.array([0, 0, 1, 1])) == pytest.approx(0.5)
+    assert lineage_ess(np.array([0.0, -np.inf]), np.array([0, 1])) == pytest.approx(0.5)
+    chains = annealed[20][0]
+    assert torch.equal(chains.ancestor, torch.arange(4000))
+    assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) == pytest.approx(kish_ess(chains.log_w), rel=1e-12)
 
 
 def test_circular_dimensions_stay_wrapped_and_von_mises_normalizer_is_found():
@@ -156,6 +170,7 @@ def test_resume_from_a_saved_level_is_exact():
     run_levels(target, resumed, betas, sizes, 2, 1, gen3, resample_ess=0.8)
     assert resumed.level == whole.level == 6 and resumed.n_evals == whole.n_evals
     assert torch.equal(resumed.log_w, whole.log_w) and torch.equal(resumed.z, whole.z)
+    assert torch.equal(resumed.ancestor, whole.ancestor)
 
 
 def test_bad_settings_are_refused():
@@ -248,6 +263,36 @@ def test_cli_refine_zero_reproduces_raw_weights_and_analyze_lists_both(tiny_run,
     assert set(models) == {"rnvp", "rnvp +AIS(0)"}
     assert models["rnvp"]["reverse_ess"] == pytest.approx(models["rnvp +AIS(0)"]["reverse_ess"], rel=1e-3)
     assert "energy evaluations per sample" in (report / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_cli_smc_keeps_lineages_and_analyze_reports_their_ess(tiny_run, tmp_path):
+    import shutil
+
+    from bgp4.cli import app
+    from bgp4.data import load_trajectory
+    from bgp4.sample import REFINED_EXTRAS
+
+    data, shared = tiny_run
+    run = shutil.copytree(shared, tmp_path / "rnvp", ignore=shutil.ignore_patterns("samples*"))
+    result = CliRunner().invoke(app, ["sample", str(run), "--n", "300", "--batch", "150", "--workers", "1",
+                                      "--refine", "3", "--resample-ess", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    refined = load_trajectory(run / "samples-refined.h5", 22, extras=REFINED_EXTRAS)
+    ancestor = refined.extras["ancestor"]
+    assert refined.settings["resampled_levels"] > 0
+    # lineages are numbered across the two batches: each batch's copies descend from its own samples
+    assert set(ancestor[:150]) <= set(range(150)) and set(ancestor[150:]) <= set(range(150, 300))
+    assert len(set(ancestor)) < 300
+    summary = json.loads(refined.settings["summary"])
+    assert summary["lineages"] == len(set(ancestor)) and summary["lineage_ess"] <= summary["reverse_ess"]
+    report = tmp_path / "report"
+    result = CliRunner().invoke(app, ["analyze", str(run), "--data", str(data), "--out", str(report), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    models = json.loads((report / "metrics.json").read_text())["models"]
+    assert "reverse_ess_lineage" not in models["rnvp"]
+    assert models["rnvp +AIS(3)"]["reverse_ess_lineage"] == pytest.approx(summary["lineage_ess"], rel=1e-6)
+    assert "reverse ESS by SMC lineage" in (report / "report.md").read_text()
 
 
 @pytest.mark.slow

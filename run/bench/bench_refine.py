@@ -4,7 +4,8 @@ For each K: tunes step sizes on the pilot, anneals n samples (the same prior dra
 and prints `name: value` lines: wall time (pilot and main), seconds per level, energy+force
 evaluations per second and per sample, mean acceptance, raw and refined reverse ESS (Kish) with
 bootstrap 95 % intervals, the share of the total weight held by the 10 largest refined weights
-(a heavy tail makes ESS on 10,000 samples noisy) and the log normalizer estimate.
+(a heavy tail makes ESS on 10,000 samples noisy), the log normalizer estimate, and, for SMC
+(--resample-ess), the ESS with each lineage's copies counted once and the number of lineages left.
 
 Usage: python run/bench/bench_refine.py RUN [--n 10000] [--levels 5 10 20] [--steps 2]
        [--leapfrog 1] [--resample-ess 0] [--workers 0] [--threads 0]
@@ -22,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bgp4.weights import reverse_ess_interval  # noqa: E402
+from bgp4.weights import lineage_ess, reverse_ess_interval  # noqa: E402
 from bgp4.energy import OpenMMEnergy  # noqa: E402
 from bgp4.model import load_generator  # noqa: E402
 from bgp4.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
@@ -79,7 +80,9 @@ def main() -> None:
                   f"  acceptance: {np.nanmean(chains.acceptance) if levels else float('nan'):.2f}"
                   f"  ess_raw: {kish_ess(raw):.4f} {_interval(raw)}  ess_refined: {kish_ess(chains.log_w):.4f}"
                   f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
-                  f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}", flush=True)
+                  f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}"
+                  f"  lineage_ess: {lineage_ess(chains.log_w.cpu().numpy(), chains.ancestor.cpu().numpy()):.4f}"
+                  f"  lineages: {chains.ancestor.unique().numel()}", flush=True)
 
 
 def _interval(log_w: torch.Tensor) -> str:
