@@ -140,6 +140,7 @@ def train(
     correct_every: Optional[int] = typer.Option(None, "--correct-every", help="P4Inv: correct the inverse every n-th attempt." + _d("correct_every")),
     test_fraction: Optional[float] = typer.Option(None, "--test-fraction", help="Share of frames held out for the test NLL." + _d("test_fraction")),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", help="Steps between test-NLL evaluations." + _d("eval_every")),
+    augment: Optional[bool] = typer.Option(None, "--augment/--no-augment", help="Data augmentation: every training batch relabels the three hydrogens of each methyl-like group (three H on one atom with identical force-field parameters) cyclically at random, a rotation by 120 degrees that leaves the energy unchanged; test NLL on the frames as simulated." + _d("augment")),
     fix_constrained: Optional[bool] = typer.Option(None, "--fix-constrained/--no-fix-constrained", help="Hold every constrained X-H bond at its constraint length (48 flow dims; HA leaves the rigid block). --no-fix-constrained: the paper's 60 dims, where importance weights are not defined." + _d("fix_constrained")),
     device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
     seed: Optional[int] = typer.Option(None, help="Random seed (split, initialization, batches, samples)." + _d("seed")),
@@ -166,7 +167,7 @@ def train(
         lr_schedule=lr_schedule, clip_grad=clip_grad, penalty_weight=penalty_weight, merge_every=merge_every,
         force_every=force_every, correct_every=correct_every, test_fraction=test_fraction, eval_every=eval_every,
         fix_constrained=fix_constrained, device=device, seed=seed, workers=workers, compile=compile_mode,
-        temperature=temperature, init=str(init) if init else None,
+        temperature=temperature, init=str(init) if init else None, augment=augment,
     )
     settings = merge_settings(TrainSettings, read_config_file(config) if config else {}, flags)
     summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)

@@ -136,6 +136,7 @@ class TrainSettings:
     compile: str = "auto"  # torch.compile the likelihood step: auto|on|off (auto: long CPU runs)
     temperature: float | None = None  # K; only for data files that record none (plain mdtraj files)
     init: str | None = None  # a finished run to start from (same architecture, data and split)
+    augment: bool = False  # relabel interchangeable hydrogens (methyl groups) of training frames at random
 
     def validated(self) -> "TrainSettings":
         """A copy with the data path made absolute; raises InputError for impossible values."""

@@ -159,3 +159,19 @@ def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarra
     order = np.random.default_rng(seed).permutation(n)
     n_test = int(round(n * test_fraction))
     return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def relabel_rotors(xyz: np.ndarray, triples: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """Frames (B, n_atoms, 3) with the atoms of each triple relabelled cyclically, shift[b, t] in {0, 1, 2}.
+
+    triples (T, 3) atom indices (`bgp4.molecule.rotor_hydrogens`); atom triples[t][i] of frame b
+    takes the position of atom triples[t][(i + shifts[b, t]) % 3]. Shift 0 leaves a frame as it
+    is. For interchangeable atoms this is the same physical configuration under another labelling,
+    of the same energy: a data augmentation that keeps frames on the Boltzmann distribution.
+    """
+    triples = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
+    b, n = xyz.shape[:2]
+    order = np.broadcast_to(np.arange(n), (b, n)).copy()
+    source = triples[np.arange(len(triples))[None, :, None], (np.arange(3)[None, None, :] + shifts[:, :, None]) % 3]
+    order[:, triples.reshape(-1)] = source.reshape(b, -1)
+    return np.take_along_axis(xyz, order[:, :, None], axis=1)

@@ -183,3 +183,33 @@ def constraint_free_layout(molecule: Molecule) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"cannot place atom {atom} from the rigid block {block}")
         rows.append([atom, partner, refs[0], refs[1]])
     return np.array(rows, dtype=np.int64), np.array(block, dtype=np.int64)
+
+
+def _particle_parameters(system: openmm.System, atom: int) -> tuple:
+    """Every per-particle force-field parameter of `atom` (nonbonded, implicit solvent), unit-free."""
+    values = []
+    for force in system.getForces():
+        if hasattr(force, "getNumParticles") and hasattr(force, "getParticleParameters"):
+            params = force.getParticleParameters(atom)
+            values.extend(p.value_in_unit(p.unit) if hasattr(p, "unit") else p for p in params)
+    return tuple(float(v) for v in values)
+
+
+def rotor_hydrogens(molecule: Molecule) -> list[tuple[int, int, int]]:
+    """Triples of interchangeable hydrogens: three H on one atom with identical force-field parameters.
+
+    Relabelling such a triple cyclically (a -> b -> c -> a) is a rotation by 120 degrees about the
+    bond to their atom, and it leaves the energy unchanged (identical particles), so each MD frame
+    stands for three equally likely frames per triple (the methyl groups of alanine dipeptide:
+    (0, 2, 3), (11, 12, 13), (19, 20, 21)).
+    """
+    hydrogens: dict[int, list[int]] = {}
+    for bond in molecule.topology.bonds:
+        for a, b in ((bond[0], bond[1]), (bond[1], bond[0])):
+            if a.element.symbol == "H" and b.element.symbol != "H":
+                hydrogens.setdefault(b.index, []).append(a.index)
+    triples = []
+    for atoms in hydrogens.values():
+        if len(atoms) == 3 and len({_particle_parameters(molecule.system, h) for h in atoms}) == 1:
+            triples.append(tuple(sorted(atoms)))
+    return sorted(triples)

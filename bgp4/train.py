@@ -20,9 +20,11 @@ import torch
 from bgp4._rng import PrivateRNG
 from bgp4._stop import StopRequest
 from bgp4.config import MODELS, TrainSettings, changed_settings, same_data, settings_record  # noqa: F401 - part of this API
-from bgp4.data import TrajectoryData, load_trajectory, resolve_temperature
+from bgp4.data import TrajectoryData, load_trajectory, relabel_rotors, resolve_temperature
 from bgp4.errors import InputError
+from bgp4.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty  # noqa: F401 - part of this API
 from bgp4.model import weights_defined
+from bgp4.molecule import rotor_hydrogens
 from bgp4.platform import resolve_device
 from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory
 
@@ -53,8 +55,14 @@ class Trainer:
                 settings.model, data.xyz[train_idx], self.molecule, blocks=settings.blocks, hidden=settings.hidden,
                 fix_constrained=settings.fix_constrained, bins=settings.bins,
             ).to(self.device)
-        # the coordinate transform is fixed, so frames are mapped to flow coordinates once
-        self.train_y = self._flow_coordinates(data.xyz[train_idx])
+        # the coordinate transform is fixed, so frames are mapped to flow coordinates once, unless
+        # each batch relabels its frames first (augment)
+        self.rotors = np.array(rotor_hydrogens(self.molecule), dtype=np.int64).reshape(-1, 3)
+        if settings.augment and not len(self.rotors):
+            raise InputError(f"--augment: {self.molecule.name} has no interchangeable hydrogen triples to relabel")
+        self.train_xyz = data.xyz[train_idx] if settings.augment else None
+        self.train_y = None if settings.augment else self._flow_coordinates(data.xyz[train_idx])
+        self.n_train = int(train_idx.size)
         test_pick = np.random.default_rng(settings.seed).permutation(test_idx.size)[:TEST_FRAMES]
         self.test_y = self._flow_coordinates(data.xyz[test_idx[np.sort(test_pick)]])
         self.batch_gen = torch.Generator().manual_seed(settings.seed + 1)
@@ -132,6 +140,16 @@ class Trainer:
             parts = [self.bg.flow_coordinates(torch.as_tensor(c, device=self.device)) for c in np.array_split(xyz, max(1, len(xyz) // 8192))]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
+    def _train_batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flow coordinates and log|dy/dx| of the training frames `idx` (relabelled at random with augment)."""
+        if self.train_xyz is None:
+            idx = idx.to(self.device)
+            return self.train_y[0][idx], self.train_y[1][idx]
+        shifts = torch.randint(3, (len(idx), len(self.rotors)), generator=self.batch_gen).numpy()
+        xyz = relabel_rotors(self.train_xyz[idx.numpy()], self.rotors, shifts)
+        with torch.no_grad():
+            return self.bg.flow_coordinates(torch.as_tensor(xyz, device=self.device))
+
     def _nll(self, y: torch.Tensor, logdet_cart: torch.Tensor) -> torch.Tensor:
         return likelihood_loss(self.bg, y, logdet_cart)
 
@@ -149,9 +167,9 @@ class Trainer:
             print("compiling the flow with torch.compile (about a minute the first time) ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         compiled = torch.compile(self._nll, dynamic=False)
-        idx = torch.arange(self.s.batch, device=self.device)  # a fresh tensor, like a real batch
+        y, logdet = self._train_batch(torch.arange(self.s.batch))  # fresh tensors, like a real batch
         try:
-            compiled(self.train_y[0][idx], self.train_y[1][idx]).mean().backward()
+            compiled(y, logdet).mean().backward()
         except Exception as error:  # noqa: BLE001 - any compiler failure means: train without it
             message = (str(error).strip().splitlines() or [""])[0][:200]
             print(f"torch.compile failed ({type(error).__name__}: {message}); training without it", file=sys.stderr)
@@ -168,8 +186,8 @@ class Trainer:
         return float(nll[torch.isfinite(nll)].mean())
 
     def _loss(self, energy) -> tuple[torch.Tensor, dict[str, float]]:
-        idx = torch.randint(self.train_y[0].shape[0], (self.s.batch,), generator=self.batch_gen).to(self.device)
-        nll = self.batch_nll(self.train_y[0][idx], self.train_y[1][idx]).mean()
+        idx = torch.randint(self.n_train, (self.s.batch,), generator=self.batch_gen)
+        nll = self.batch_nll(*self._train_batch(idx)).mean()
         if self.phase == "ml":
             loss, info = nll, {"train_nll": float(nll.detach())}
         else:
@@ -296,53 +314,6 @@ class Trainer:
             **({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()} if self.scheduler.layers else {}),
         }
         return summary
-
-
-def likelihood_loss(bg, y: torch.Tensor, logdet_cart: torch.Tensor) -> torch.Tensor:
-    """The likelihood phase's loss per frame, -log q(x) (B,) in nats, from precomputed flow
-    coordinates y (B, n_dims) of frames x and log|dy/dx| (B,) of the coordinate transform."""
-    z, logdet_flow = bg.flow.inverse(y)
-    return -(bg.prior_log_prob(z) + logdet_flow + logdet_cart)
-
-
-def p4inv_penalty(layers) -> torch.Tensor:
-    """Sum of the P4Inv layers' bound penalties (0-dim): zero while every layer's log|G| and
-    log|det A| stay inside its merge bounds (the paper's C_p term; its BG experiment used none)."""
-    return torch.stack([layer.penalty() for layer in layers]).sum()
-
-
-def energy_phase_loss(nll: torch.Tensor, u: torch.Tensor, log_q: torch.Tensor, ok: torch.Tensor,
-                      energy_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """The energy phase's loss w_l * NLL + w_e * KL, with w_e / w_l = `energy_weight`, w_l + w_e = 1.
-
-    nll: mean NLL of a data batch (0-dim, nats); u (B,): energies of flow samples in kT (+inf
-    where OpenMM could not evaluate), regularized here; log_q (B,) nats; ok (B,) bool: in the
-    internal-coordinate domain. KL = mean of u + log q over the in-domain samples only (elsewhere
-    log q is wrong); 0 when there are none. Returns the loss and what the metrics log records
-    (energy mean and 10/50/90 % quantiles over finite in-domain samples, in kT).
-    """
-    from bgp4.energy import regularize_energy
-
-    # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
-    kl = (regularize_energy(u) + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
-    w_l = 1.0 / (1.0 + energy_weight)
-    loss = w_l * nll + (1.0 - w_l) * kl
-    finite_u = u.detach()[ok & torch.isfinite(u)].double()
-    info = {"train_nll": float(nll.detach()), "reverse_kl": float(kl.detach()),
-            "energy_kT": float(finite_u.mean()) if finite_u.numel() else math.nan,
-            "out_of_domain": float((~ok).float().mean())}
-    quantiles = torch.quantile(finite_u, finite_u.new_tensor([0.1, 0.5, 0.9])).tolist() if finite_u.numel() else [math.nan] * 3
-    info.update(zip(("energy_q10_kT", "energy_median_kT", "energy_q90_kT"), quantiles))
-    return loss, info
-
-
-def grad_norm(parameters) -> torch.Tensor:
-    """Total 2-norm of the gradients (0-dim): only its finiteness decides whether a step is applied."""
-    parameters = [p for p in parameters if p.grad is not None]
-    total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6; skips clipping's rescale
-    if total_norm is None:
-        return torch.nn.utils.clip_grad_norm_(parameters, float("inf"))
-    return total_norm([p.grad for p in parameters])
 
 
 def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:

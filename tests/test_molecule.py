@@ -46,3 +46,20 @@ def test_molecules_are_looked_up_by_the_name_files_record(molecule):
         get_molecule("benzene")
     with pytest.raises(InputError, match="21 atoms per frame, expected 22"):
         molecule_of({}, n_atoms=21, source="x.h5")
+
+
+def test_rotor_hydrogens_are_the_methyl_groups_and_relabelling_keeps_the_energy(molecule, md_frames):
+    from bgp4.data import relabel_rotors
+    from bgp4.molecule import rotor_hydrogens
+
+    triples = rotor_hydrogens(molecule)
+    assert triples == [(0, 2, 3), (11, 12, 13), (19, 20, 21)]
+    frames, energies = md_frames[0][::300], md_frames[1][::300]
+    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    shifts = np.random.default_rng(0).integers(1, 3, size=(len(frames), len(triples)))  # never 0: every frame moves
+    relabelled = relabel_rotors(frames, np.array(triples), shifts)
+    assert not np.allclose(relabelled, frames)
+    for x, e in zip(relabelled, energies):
+        context.setPositions(x)
+        again = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+        assert again == pytest.approx(e, abs=1e-3)

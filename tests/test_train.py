@@ -52,6 +52,27 @@ def test_short_training_lowers_test_nll(md_file, tmp_path, model):
         assert summary["p4inv_max_residual"] < 1e-4
 
 
+def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
+    from bgp4.data import load_trajectory
+
+    data = load_trajectory(md_file)
+    settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="off",
+                             **{**TINY, "steps": 5, "energy_steps": 0}).validated()
+    (tmp_path / "aug").mkdir(), (tmp_path / "plain").mkdir()
+    trainer = Trainer(settings, RunDirectory(tmp_path / "aug"), data)
+    plain = Trainer(replace(settings, augment=False), RunDirectory(tmp_path / "plain"), data)
+    idx = torch.arange(64)
+    y_aug, ld_aug = trainer._train_batch(idx)
+    y, ld = plain._train_batch(idx)
+    assert y_aug.shape == y.shape and torch.isfinite(y_aug).all() and torch.isfinite(ld_aug).all()
+    # the relabelling moves the methyl hydrogens' coordinates only, and about 26 in 27 frames
+    changed = (y_aug - y).abs().amax(1) > 1e-4
+    assert 0.8 < changed.float().mean() < 1.0
+    summary, trained = train(settings, tmp_path / "run", progress=False)
+    assert trained and np.isfinite(summary["test_nll_end"])
+    assert json.loads((tmp_path / "run" / "settings.json").read_text())["augment"] is True
+
+
 @pytest.mark.slow
 def test_resume_after_interruption_equals_unbroken_run(md_file, tmp_path, monkeypatch):
     settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=5, checkpoint_minutes=1e-9,
