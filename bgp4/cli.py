@@ -191,7 +191,7 @@ def sample(
     refine: Optional[int] = typer.Option(None, "--refine", help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5."),
     refine_steps: int = typer.Option(_default(_REFINE, "steps"), "--refine-steps", help="MALA/HMC moves per refinement level (one energy+force evaluation per leapfrog step)."),
     refine_leapfrog: int = typer.Option(_default(_REFINE, "leapfrog"), "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."),
-    resample_ess: float = typer.Option(_default(_REFINE, "resample_ess"), "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS)."),
+    resample_ess: float = typer.Option(_default(_REFINE, "resample_ess"), "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one lineage counted once."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Draw samples with their energies (kJ/mol), log q and log importance weights.
