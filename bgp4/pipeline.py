@@ -30,7 +30,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train": {},
         "sample": {"n": 100_000},
         "models": ("rnvp", "p4inv", "spline", "spline-p4inv"),
-        "by_model": {kind: {"steps": 6_000, "energy_steps": 1_500, "batch": 512, "energy_weight": 1.0, "energy_lr": 3e-5}
+        # augment: the methyl relabelling lifted the spline flow's test NLL by 0.10 nats and its
+        # reverse ESS from 0.61 to 0.75 at the end of the likelihood phase (README)
+        "by_model": {kind: {"steps": 6_000, "energy_steps": 1_500, "batch": 512, "energy_weight": 1.0, "energy_lr": 3e-5,
+                            "augment": True}
                      for kind in ("spline", "spline-p4inv")},
     },
 }
