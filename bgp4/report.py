@@ -150,8 +150,6 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return format_number(value, digits)
 
 
-
-
 def _signed(value: Any) -> str:
     return "n/a" if value is None else f"{value:+.2g}"
 
@@ -165,6 +163,11 @@ Cell = Callable[[dict[str, Any]], str]
 
 def _plain(key: str) -> Cell:
     return lambda m: _fmt(m.get(key))
+
+
+def _places(key: str, places: int) -> Cell:
+    """Fixed decimals: a test NLL near -147 nats differs between models in the second decimal."""
+    return lambda m: "n/a" if m.get(key) is None else f"{m[key]:.{places}f}"
 
 
 def _with_floor(key: str, floor: str) -> Cell:
@@ -208,7 +211,7 @@ def _rows(md: dict[str, Any]) -> list[tuple[str, Cell, tuple[str, ...]]]:
         (f"dF(phi) (kT) (MD {df_md})", _with_error("dF_phi_kT", "dF_phi_error_kT"), ("dF_phi_kT",)),
         ("dF(phi), reweighted (kT)", _with_error("dF_phi_reweighted_kT", "dF_phi_reweighted_error_kT"),
          ("dF_phi_reweighted_kT",)),
-        ("test NLL (nats)", _plain("test_nll"), ("test_nll",)),
+        ("test NLL (nats)", _places("test_nll", 3), ("test_nll",)),
         ("energy evaluations per sample", _plain("energy_evals_per_sample"), ("energy_evals_per_sample",)),
     ]
 
