@@ -150,6 +150,7 @@ def _systematic(log_w: torch.Tensor, generator: torch.Generator) -> torch.Tensor
     n = log_w.numel()
     cdf = torch.cumsum(torch.softmax(log_w, 0), 0)
     points = (torch.rand(1, generator=generator, dtype=torch.float64) + torch.arange(n, dtype=torch.float64)) / n
+    points = points.to(log_w.device)
     return torch.searchsorted(cdf, points).clamp_(max=n - 1)
 
 
@@ -165,7 +166,7 @@ class Chains:
         self.z, self.log_base, self.log_ratio = z.detach(), ev.log_base, ev.log_ratio
         self.grad_base, self.grad_ratio = ev.grad_base, ev.grad_ratio
         self.aux = dict(ev.aux)
-        self.log_w = torch.zeros(len(z), dtype=torch.float64)
+        self.log_w = torch.zeros(len(z), dtype=torch.float64, device=z.device)
         self.ancestor = torch.arange(len(z), device=z.device)
         self.level = 0
         self.acceptance = np.full(levels, np.nan)
@@ -322,7 +323,7 @@ class AnnealResult(NamedTuple):
     @property
     def lineage_ess(self) -> float:
         """Kish ESS per sample counting the copies of one lineage once (= ess without resampling)."""
-        return lineage_ess(self.log_w.numpy(), self.ancestor.cpu().numpy())
+        return lineage_ess(self.log_w.cpu().numpy(), self.ancestor.cpu().numpy())
 
     @property
     def log_z(self) -> float:

@@ -241,7 +241,7 @@ def render_report(metrics: dict[str, Any], data_path: str | Path) -> str:
     header = "| metric | " + " | ".join(models) + " |\n|---|" + "---|" * len(models) + "\n"
 
     def cell(m: dict[str, Any], show: Cell, keys: tuple[str, ...]) -> str:
-        if not m.get("weights_defined") and any(k in REWEIGHTED_KEYS for k in keys):
+        if not m.get("weights_defined") and any(k in REWEIGHTED_KEYS or k in OPTIONAL_KEYS for k in keys):
             return NOT_DEFINED
         return show(m)
 

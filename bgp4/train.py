@@ -58,8 +58,6 @@ class Trainer:
         # the coordinate transform is fixed, so frames are mapped to flow coordinates once, unless
         # each batch relabels its frames first (augment)
         self.rotors = np.array(rotor_hydrogens(self.molecule), dtype=np.int64).reshape(-1, 3)
-        if settings.augment and not len(self.rotors):
-            raise InputError(f"--augment: {self.molecule.name} has no interchangeable hydrogen triples to relabel")
         self.train_xyz = data.xyz[train_idx] if settings.augment else None
         self.train_y = None if settings.augment else self._flow_coordinates(data.xyz[train_idx])
         self.n_train = int(train_idx.size)
@@ -167,7 +165,11 @@ class Trainer:
             print("compiling the flow with torch.compile (about a minute the first time) ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         compiled = torch.compile(self._nll, dynamic=False)
-        y, logdet = self._train_batch(torch.arange(self.s.batch))  # fresh tensors, like a real batch
+        if self.train_xyz is None:
+            idx = torch.arange(self.s.batch, device=self.device)  # a fresh tensor, like a real batch
+            y, logdet = self.train_y[0][idx], self.train_y[1][idx]
+        else:  # frames as simulated: drawing relabellings here would shift the batch stream on resume
+            y, logdet = self._flow_coordinates(self.train_xyz[:self.s.batch])
         try:
             compiled(y, logdet).mean().backward()
         except Exception as error:  # noqa: BLE001 - any compiler failure means: train without it
@@ -343,6 +345,8 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
     if s.init:
         check_init(s.init, record)
+    if s.augment and not rotor_hydrogens(molecule):
+        raise InputError(f"--augment: {molecule.name} has no interchangeable hydrogen triples to relabel")
     run.prepare(record, overwrite, changed=changed_settings)
     trainer = Trainer(s, run, data, molecule)
     summary = trainer.fit(progress=progress)

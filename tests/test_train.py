@@ -53,7 +53,7 @@ def test_short_training_lowers_test_nll(md_file, tmp_path, model):
 
 
 def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
-    from bgp4.data import load_trajectory
+    from bgp4.data import load_trajectory, relabel_rotors
 
     data = load_trajectory(md_file)
     settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="off",
@@ -62,15 +62,43 @@ def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
     trainer = Trainer(settings, RunDirectory(tmp_path / "aug"), data)
     plain = Trainer(replace(settings, augment=False), RunDirectory(tmp_path / "plain"), data)
     idx = torch.arange(64)
+    shifts = torch.randint(3, (64, 3), generator=torch.Generator().set_state(trainer.batch_gen.get_state())).numpy()
     y_aug, ld_aug = trainer._train_batch(idx)
-    y, ld = plain._train_batch(idx)
-    assert y_aug.shape == y.shape and torch.isfinite(y_aug).all() and torch.isfinite(ld_aug).all()
-    # the relabelling moves the methyl hydrogens' coordinates only, and about 26 in 27 frames
-    changed = (y_aug - y).abs().amax(1) > 1e-4
-    assert 0.8 < changed.float().mean() < 1.0
+    y, _ = plain._train_batch(idx)
+    # exactly the drawn relabelling of exactly these frames; a frame with all shifts 0 is unchanged
+    expected = plain._flow_coordinates(relabel_rotors(trainer.train_xyz[idx.numpy()], trainer.rotors, shifts))
+    torch.testing.assert_close(y_aug, expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(ld_aug, expected[1], rtol=0, atol=0)
+    assert torch.equal((y_aug != y).any(1), torch.as_tensor((shifts != 0).any(1)))
+    assert torch.equal(trainer.test_y[0], plain.test_y[0])  # the test NLL scores frames as simulated
     summary, trained = train(settings, tmp_path / "run", progress=False)
     assert trained and np.isfinite(summary["test_nll_end"])
     assert json.loads((tmp_path / "run" / "settings.json").read_text())["augment"] is True
+
+
+@pytest.mark.slow
+def test_augmented_compiled_run_resumes_exactly(md_file, tmp_path, monkeypatch):
+    # the compile warm-up runs on every start: it must not draw from the checkpointed batch stream
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
+    settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="on", checkpoint_minutes=1e-9,
+                             **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10})
+    train(settings, tmp_path / "unbroken", progress=False)
+    original = Trainer._train_step
+
+    def crash_at_13(self, energy):
+        if self.step == 13:
+            raise RuntimeError("simulated kill")
+        return original(self, energy)
+
+    monkeypatch.setattr(Trainer, "_train_step", crash_at_13)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(settings, tmp_path / "broken", progress=False)
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    train(settings, tmp_path / "broken", progress=False)
+    a = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["state_dict"]
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
 
 
 @pytest.mark.slow
