@@ -76,6 +76,29 @@ def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
     assert json.loads((tmp_path / "run" / "settings.json").read_text())["augment"] is True
 
 
+def _killed_at(settings: TrainSettings, out: Path, step: int, monkeypatch) -> None:
+    """Train into `out` until `step`, where a simulated kill stops it (checkpoints as written so far)."""
+    original = Trainer._train_step
+
+    def crash(self, energy):
+        if self.step == step:
+            raise RuntimeError("simulated kill")
+        return original(self, energy)
+
+    monkeypatch.setattr(Trainer, "_train_step", crash)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(settings, out, progress=False)
+    monkeypatch.setattr(Trainer, "_train_step", original)
+
+
+def _assert_same_model(a_run: Path, b_run: Path) -> None:
+    a = torch.load(a_run / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(b_run / "model.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
 @pytest.mark.slow
 def test_augmented_compiled_run_resumes_exactly(md_file, tmp_path, monkeypatch):
     # the compile warm-up runs on every start: it must not draw from the checkpointed batch stream
@@ -83,22 +106,9 @@ def test_augmented_compiled_run_resumes_exactly(md_file, tmp_path, monkeypatch):
     settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="on", checkpoint_minutes=1e-9,
                              **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10})
     train(settings, tmp_path / "unbroken", progress=False)
-    original = Trainer._train_step
-
-    def crash_at_13(self, energy):
-        if self.step == 13:
-            raise RuntimeError("simulated kill")
-        return original(self, energy)
-
-    monkeypatch.setattr(Trainer, "_train_step", crash_at_13)
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        train(settings, tmp_path / "broken", progress=False)
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    _killed_at(settings, tmp_path / "broken", 13, monkeypatch)
     train(settings, tmp_path / "broken", progress=False)
-    a = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=True)["state_dict"]
-    b = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["state_dict"]
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    _assert_same_model(tmp_path / "unbroken", tmp_path / "broken")
 
 
 @pytest.mark.slow
@@ -106,30 +116,14 @@ def test_resume_after_interruption_equals_unbroken_run(md_file, tmp_path, monkey
     settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=5, checkpoint_minutes=1e-9,
                              **{**TINY, "steps": 30, "energy_steps": 6, "eval_every": 10})
     train(settings, tmp_path / "unbroken", progress=False)
-
-    original = Trainer._train_step
-
-    def crash_at_33(self, energy):
-        if self.step == 33:
-            raise RuntimeError("simulated kill")
-        return original(self, energy)
-
-    monkeypatch.setattr(Trainer, "_train_step", crash_at_33)
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        train(settings, tmp_path / "broken", progress=False)
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    _killed_at(settings, tmp_path / "broken", 33, monkeypatch)
     assert not RunDirectory(tmp_path / "broken").complete
     # settings that do not change the result may differ on resume: the data file's path, workers,
     # the checkpoint interval
     copy = tmp_path / "copy.h5"
     copy.write_bytes(md_file.read_bytes())
     train(replace(settings, data=str(copy), workers=2, checkpoint_minutes=2e-9), tmp_path / "broken", progress=False)
-
-    a = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=True)["state_dict"]
-    b = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["state_dict"]
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+    _assert_same_model(tmp_path / "unbroken", tmp_path / "broken")
     steps = [r["global_step"] for r in RunDirectory(tmp_path / "broken").records()]
     assert steps == sorted(set(steps))
 
