@@ -1,0 +1,96 @@
+"""Where one AIS evaluation spends its time: flow forward, flow backward, OpenMM energy and forces.
+
+An AIS move evaluates log pi(z) = -u(f(z)) + log|det df/dz| and its gradient for a batch of
+latent samples (`bgp4.refine.GeneratorTarget.evaluate`). This splits that cost on a trained run's
+generator, per batch of n samples (median of `--repeats` timings each):
+flow forward with the autograd graph (z -> x, log q), the backward pass to z (through log q and
+through x, with stand-in forces), and u with forces
+from the OpenMM bridge; then the whole `evaluate` call, evaluations per second, and the minutes
+that 100,000 samples at K = 20 (47.1 evaluations per sample, pilot included) would take.
+
+Usage: python run/bench/bench_refine_cost.py RUN [--n 2000] [--repeats 3] [--threads 0] [--workers 0]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bgp4.energy import OpenMMEnergy  # noqa: E402
+from bgp4.model import load_generator  # noqa: E402
+from bgp4.refine import GeneratorTarget  # noqa: E402
+
+EVALS_PER_SAMPLE_K20 = 47.1  # K = 20, 2 MALA moves per level, 1,000-sample pilot (bench_refine.py)
+
+
+def _median_s(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _median_split(first, second, repeats: int) -> tuple[float, float]:
+    """Median seconds of `first` and of `second` when each repeat runs first, then second."""
+    a, b = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        first()
+        t1 = time.perf_counter()
+        second()
+        a.append(t1 - t0)
+        b.append(time.perf_counter() - t1)
+    return statistics.median(a), statistics.median(b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="run directory holding model.pt and complete.json")
+    parser.add_argument("--n", type=int, default=2000, help="samples per batch")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
+    parser.add_argument("--workers", type=int, default=0, help="energy processes (0: one per core)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    bg = load_generator(args.run / "model.pt").eval()
+    for p in bg.parameters():
+        p.requires_grad_(False)
+    temperature = float(json.loads((args.run / "complete.json").read_text())["temperature"])
+    with OpenMMEnergy(bg.molecule().system, temperature, n_workers=args.workers or None) as energy:
+        target = GeneratorTarget(bg, energy)
+        z = target.sample_base(args.n, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
+        target.evaluate(z.detach()[:100])  # warm-up: first calls allocate and start the energy workers
+        held = {}
+        forces = torch.randn(bg.generate(z.detach()[:1]).x.shape[1:], generator=torch.Generator().manual_seed(1))
+
+        def forward():
+            held["s"] = bg.generate(z)
+
+        def backward():
+            # through log q and through x, as the energy's forces flow back in `evaluate`
+            s = held["s"]
+            (s.log_q.sum() + (s.x * forces).sum()).backward(inputs=[z])
+
+        forward_s, backward_s = _median_split(forward, backward, args.repeats)
+        x = held["s"].x.detach().double().requires_grad_(True)
+        energy_s = _median_s(lambda: energy.reduced_energy(x).sum().backward(inputs=[x]), args.repeats)
+        evaluate_s = _median_s(lambda: target.evaluate(z.detach()), args.repeats)
+    rate = args.n / evaluate_s
+    print(f"run: {args.run}  model: {bg.config['kind']}  n: {args.n}  torch threads: {torch.get_num_threads()}")
+    print(f"flow_forward_s: {forward_s:.3f}  flow_backward_s: {backward_s:.3f}  energy_forces_s: {energy_s:.3f}"
+          f"  evaluate_s: {evaluate_s:.3f}  flow_share: {(forward_s + backward_s) / evaluate_s:.2f}")
+    print(f"evals_per_s: {rate:.0f}  minutes_100k_K20: {100_000 * EVALS_PER_SAMPLE_K20 / rate / 60:.1f}")
+
+
+if __name__ == "__main__":
+    main()
