@@ -185,23 +185,30 @@ def constraint_free_layout(molecule: Molecule) -> tuple[np.ndarray, np.ndarray]:
     return np.array(rows, dtype=np.int64), np.array(block, dtype=np.int64)
 
 
+#: Forces whose getParticleParameters(i) gives the parameters of atom i (others, such as
+#: CustomExternalForce, number their terms instead of their atoms).
+_PER_ATOM_FORCES = (openmm.NonbondedForce, openmm.GBSAOBCForce, openmm.CustomNonbondedForce, openmm.CustomGBForce)
+
+
 def _particle_parameters(system: openmm.System, atom: int) -> tuple:
-    """Every per-particle force-field parameter of `atom` (nonbonded, implicit solvent), unit-free."""
+    """Every per-atom force-field parameter of `atom` (nonbonded, implicit solvent), unit-free."""
     values = []
     for force in system.getForces():
-        if hasattr(force, "getNumParticles") and hasattr(force, "getParticleParameters"):
+        if isinstance(force, _PER_ATOM_FORCES):
             params = force.getParticleParameters(atom)
             values.extend(p.value_in_unit(p.unit) if hasattr(p, "unit") else p for p in params)
     return tuple(float(v) for v in values)
 
 
 def rotor_hydrogens(molecule: Molecule) -> list[tuple[int, int, int]]:
-    """Triples of interchangeable hydrogens: three H on one atom with identical force-field parameters.
+    """Triples of interchangeable hydrogens: three H on one atom with identical per-atom parameters.
 
-    Relabelling such a triple cyclically (a -> b -> c -> a) is a rotation by 120 degrees about the
-    bond to their atom, and it leaves the energy unchanged (identical particles), so each MD frame
-    stands for three equally likely frames per triple (the methyl groups of alanine dipeptide:
-    (0, 2, 3), (11, 12, 13), (19, 20, 21)).
+    Relabelling such a triple cyclically (a -> b -> c -> a) permutes identical atoms; for a methyl
+    group that is nearly a 120-degree rotation about the bond to its carbon. Only the per-atom
+    (nonbonded, implicit-solvent) parameters are compared here; that the bonded terms treat the
+    three alike too is checked against OpenMM's energy in the tests. Each MD frame then stands for
+    three equally likely frames per triple (the methyl groups of alanine dipeptide: (0, 2, 3),
+    (11, 12, 13), (19, 20, 21)).
     """
     hydrogens: dict[int, list[int]] = {}
     for bond in molecule.topology.bonds:

@@ -323,6 +323,8 @@ class AnnealResult(NamedTuple):
     @property
     def lineage_ess(self) -> float:
         """Kish ESS per sample counting the copies of one lineage once (= ess without resampling)."""
+        if self.ancestor is None:  # lineages unknown (a state saved before they were kept)
+            return math.nan
         return lineage_ess(self.log_w.cpu().numpy(), self.ancestor.cpu().numpy())
 
     @property

@@ -57,7 +57,8 @@ class Trainer:
             ).to(self.device)
         # the coordinate transform is fixed, so frames are mapped to flow coordinates once, unless
         # each batch relabels its frames first (augment)
-        self.rotors = np.array(rotor_hydrogens(self.molecule), dtype=np.int64).reshape(-1, 3)
+        triples = rotor_hydrogens(self.molecule) if settings.augment else []
+        self.rotors = np.array(triples, dtype=np.int64).reshape(-1, 3)
         self.train_xyz = data.xyz[train_idx] if settings.augment else None
         self.train_y = None if settings.augment else self._flow_coordinates(data.xyz[train_idx])
         self.n_train = int(train_idx.size)

@@ -83,7 +83,7 @@ def lineage_ess(log_w: np.ndarray, ancestor: np.ndarray) -> float:
     every lineage holds one sample and this equals `reverse_ess`.
     """
     clean = _clean_log_weights(_as_1d(log_w, "log_w"))
-    lineage = np.asarray(ancestor).reshape(-1)
+    lineage = _as_1d(ancestor, "ancestor")
     _same_length(log_w=clean, ancestor=lineage)
     n = clean.size
     if n == 0:

@@ -101,6 +101,19 @@ def test_smc_resampling_keeps_the_normalizer_unbiased():
     assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) < 0.9 * kish_ess(chains.log_w)
 
 
+def test_two_resamplings_compose_lineages():
+    # reorder takes rows of the current state, so after i1 then i2 row j descends from i1[i2[j]]
+    target = _double_well()
+    chains = start(target, target.sample_base(6, generator=torch.Generator().manual_seed(0)), levels=2)
+    z0 = chains.z.clone()
+    i1, i2 = torch.tensor([3, 3, 0, 5, 1, 1]), torch.tensor([1, 4, 4, 0, 2, 2])
+    chains.reorder(i1)
+    chains.reorder(i2)
+    assert torch.equal(chains.ancestor, i1[i2])
+    assert torch.equal(chains.z, z0[i1][i2])
+    assert torch.equal(chains.log_ratio, target.evaluate(z0[i1][i2], grad=False).log_ratio)
+
+
 def test_lineage_ess_counts_copies_once_and_equals_kish_without_resampling(annealed):
     # four equal weights in two lineages of two copies: lineage sums (2, 2), ESS 16 / 8 / 4
     assert lineage_ess(np.zeros(4), np.array([0, 0, 1, 1])) == pytest.approx(0.5)

@@ -76,6 +76,16 @@ def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
     assert json.loads((tmp_path / "run" / "settings.json").read_text())["augment"] is True
 
 
+def test_augment_without_interchangeable_hydrogens_is_refused(md_file, tmp_path, monkeypatch):
+    import bgp4.train
+
+    monkeypatch.setattr(bgp4.train, "rotor_hydrogens", lambda molecule: [])
+    settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="off", **TINY)
+    with pytest.raises(InputError, match="no interchangeable hydrogen triples"):
+        train(settings, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 def _killed_at(settings: TrainSettings, out: Path, step: int, monkeypatch) -> None:
     """Train into `out` until `step`, where a simulated kill stops it (checkpoints as written so far)."""
     original = Trainer._train_step
