@@ -29,6 +29,16 @@ from bgp4.model import load_generator  # noqa: E402
 from bgp4.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
 
 
+def frozen_run(run: Path, threads: int = 0):
+    """(generator with frozen parameters, temperature K) of a finished run; sets torch's threads if > 0."""
+    if threads:
+        torch.set_num_threads(threads)
+    bg = load_generator(run / "model.pt").eval()
+    for p in bg.parameters():
+        p.requires_grad_(False)  # the chains need gradients in z only
+    return bg, float(json.loads((run / "complete.json").read_text())["temperature"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="run directory holding model.pt and complete.json")
@@ -43,13 +53,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    bg = load_generator(args.run / "model.pt").eval()
-    for p in bg.parameters():
-        p.requires_grad_(False)
-    temperature = float(json.loads((args.run / "complete.json").read_text())["temperature"])
+    bg, temperature = frozen_run(args.run, args.threads)
     molecule = bg.molecule()
     print(f"run: {args.run}  model: {bg.config['kind']}  latent dims: {bg.n_dims}  n: {args.n}  steps: {args.steps}"
           f"  leapfrog: {args.leapfrog}  resample_ess: {args.resample_ess}  power: {args.power}"

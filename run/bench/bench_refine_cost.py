@@ -13,7 +13,6 @@ Usage: python run/bench/bench_refine_cost.py RUN [--n 2000] [--repeats 3] [--thr
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -23,8 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_refine import frozen_run  # noqa: E402
 from bgp4.energy import OpenMMEnergy  # noqa: E402
-from bgp4.model import load_generator  # noqa: E402
 from bgp4.refine import GeneratorTarget  # noqa: E402
 
 EVALS_PER_SAMPLE_K20 = 47.1  # K = 20, 2 MALA moves per level, 1,000-sample pilot (bench_refine.py)
@@ -60,12 +61,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     parser.add_argument("--workers", type=int, default=0, help="energy processes (0: one per core)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    bg = load_generator(args.run / "model.pt").eval()
-    for p in bg.parameters():
-        p.requires_grad_(False)
-    temperature = float(json.loads((args.run / "complete.json").read_text())["temperature"])
+    bg, temperature = frozen_run(args.run, args.threads)
     with OpenMMEnergy(bg.molecule().system, temperature, n_workers=args.workers or None) as energy:
         target = GeneratorTarget(bg, energy)
         z = target.sample_base(args.n, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
