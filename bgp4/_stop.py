@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["StopRequest"]
 
@@ -14,19 +14,27 @@ class StopRequest:
     A checkpoint taken in the middle of a step would hold a half-applied update; waiting for
     the step boundary keeps a resumed run identical to an unbroken one. A second signal stops
     at once. Call `restore` when the loop ends.
+
+    `also` is a second source of stop requests, asked on every check: a loop that runs in a
+    worker thread (a Dask task) sees no signals, so whoever started it asks it to stop this way.
     """
 
-    def __init__(self):
-        self.requested = False
+    def __init__(self, also: Callable[[], bool] | None = None):
+        self._signalled = False
+        self._also = also
         self._previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
 
+    @property
+    def requested(self) -> bool:
+        return self._signalled or (self._also is not None and self._also())
+
     def _handle(self, signum, frame) -> None:
-        if self.requested:
+        if self._signalled:
             raise KeyboardInterrupt
-        self.requested = True
+        self._signalled = True
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():

@@ -19,13 +19,16 @@ import json
 import os
 import socket
 import time
+import uuid
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from bgp4._stop import StopRequest
 from bgp4.config import MODELS, TrainSettings
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.sweep_tasks import DONE_FILE, run_task, simulate_task
+from bgp4.sweep_tasks import DONE_FILE, IgnoreInterrupts, run_task, simulate_task
 
 __all__ = ["RunSpec", "SweepPlan", "plan_sweep", "run_sweep", "run_task", "simulate_task", "open_client",
            "SWEEP_FILE", "DONE_FILE"]
@@ -245,6 +248,8 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
             LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                          silence_logs=logging.CRITICAL, memory_limit=0, resources=resources) as cluster, \
             Client(cluster) as client:
+        register = getattr(client, "register_plugin", None) or client.register_worker_plugin  # distributed < 2023.9
+        register(IgnoreInterrupts())
         yield client
 
 
@@ -286,9 +291,13 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
             resources = {"GPU": plan.runs[0].gpus} if plan.runs[0].gpus > 0 else None
             # longest first: the last tasks decide how long the cores sit idle at the end. Submitted
             # in that order too: a worker may be handed its next task before the later ones arrive
-            futures = {client.submit(run_task, spec, pure=False, retries=RETRIES, resources=resources,
+            stop_event = f"bgp4-sweep-stop-{uuid.uuid4().hex}"
+            futures = {client.submit(run_task, spec, stop_event, pure=False, retries=RETRIES, resources=resources,
                                      priority=expected_cost(spec)): spec for spec in longest_first(pending)}
-            failures = _follow(futures, progress, say, tqdm)
+            failures, stopped = _follow(futures, progress, say, tqdm, partial(_ask_to_stop, client, stop_event))
+        if stopped:
+            say(f"stopped: {', '.join(sorted(stopped))} saved a checkpoint; rerun the same command to resume")
+            raise KeyboardInterrupt
     else:
         say(f"all {len(plan.runs)} runs are complete")
         (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
@@ -302,32 +311,57 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
     return metrics
 
 
-def _follow(futures: dict[Any, RunSpec], progress: bool, say: Callable[[str], None], tqdm: Any) -> dict[str, str]:
-    """One bar over runs, with the step of each training run; returns failed run -> reason."""
+def _ask_to_stop(client: Any, event: str) -> None:
+    """Set the sweep's stop event: running trainings checkpoint at their next step and return."""
+    from distributed import Event
+
+    Event(event, client=client).set()
+
+
+def _follow(futures: dict[Any, RunSpec], progress: bool, say: Callable[[str], None], tqdm: Any,
+            ask_to_stop: Callable[[], None]) -> tuple[dict[str, str], set[str]]:
+    """One bar over runs, with the step of each training run; returns (failed run -> reason,
+    runs stopped). The first Ctrl-C or SIGTERM calls `ask_to_stop` and waits for the tasks to
+    save their checkpoints; a second one stops at once."""
     from distributed import as_completed
 
     failures: dict[str, str] = {}
+    stopped: set[str] = set()
     running = dict(futures)
     queue = as_completed(list(futures))
     shown = ""
-    with tqdm(total=len(futures), desc="runs", unit="run", disable=not progress) as bar:
-        while not queue.is_empty():
-            for future in queue.next_batch(block=False):
-                spec = running.pop(future)
-                if future.status == "error":
-                    error = future.exception()
-                    failures[spec.name] = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                    bar.write(f"{spec.name}: failed ({failures[spec.name]})")
-                elif "error" in future.result():
-                    failures[spec.name] = future.result()["error"]
-                    bar.write(f"{spec.name}: failed ({failures[spec.name]})")
-                else:
-                    result = future.result()
-                    bar.write(f"{spec.name}: {'trained' if result['trained'] else 'resumed complete'}, "
-                              f"{result['wall_s']:.0f} s")
-                bar.update(1)
-            steps = ", ".join([s for s in (_progress_of(spec) for spec in running.values()) if s][:4])
-            if steps != shown:
-                bar.set_postfix_str(shown := steps, refresh=True)
-            time.sleep(0.5)
-    return failures
+    request, asked = StopRequest(), False
+    try:
+        with tqdm(total=len(futures), desc="runs", unit="run", disable=not progress) as bar:
+            while not queue.is_empty():
+                if request.requested and not asked:
+                    ask_to_stop()
+                    asked = True
+                    bar.write("stopping: each running run saves a checkpoint at its next step (interrupt again to stop at once)")
+                for future in queue.next_batch(block=False):
+                    _settle(future, running.pop(future), failures, stopped, bar)
+                    bar.update(1)
+                steps = ", ".join([s for s in (_progress_of(spec) for spec in running.values()) if s][:4])
+                if steps != shown:
+                    bar.set_postfix_str(shown := steps, refresh=True)
+                time.sleep(0.5)
+    finally:
+        request.restore()
+    return failures, stopped
+
+
+def _settle(future: Any, spec: RunSpec, failures: dict[str, str], stopped: set[str], bar: Any) -> None:
+    """Record one finished task: failed (with the first line of why), stopped, or done."""
+    if future.status == "error":
+        error = future.exception()
+        failures[spec.name] = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        bar.write(f"{spec.name}: failed ({failures[spec.name]})")
+        return
+    result = future.result()
+    if result.get("stopped"):
+        stopped.add(spec.name)
+    elif "error" in result:
+        failures[spec.name] = result["error"]
+        bar.write(f"{spec.name}: failed ({failures[spec.name]})")
+    else:
+        bar.write(f"{spec.name}: {'trained' if result['trained'] else 'resumed complete'}, {result['wall_s']:.0f} s")

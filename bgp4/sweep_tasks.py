@@ -9,11 +9,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from bgp4._io import atomic_write
 from bgp4.config import TrainSettings
@@ -22,11 +26,56 @@ from bgp4.errors import Bgp4Error, InputError
 if TYPE_CHECKING:
     from bgp4.sweep import RunSpec
 
-__all__ = ["DONE_FILE", "LOCK_FILE", "LOG_FILE", "run_task", "simulate_task"]
+__all__ = ["DONE_FILE", "LOCK_FILE", "LOG_FILE", "STOP_POLL_S", "IgnoreInterrupts", "run_task", "simulate_task",
+           "stop_asked"]
 
 DONE_FILE = "sweep-done.json"
 LOG_FILE = "log.txt"
 LOCK_FILE = "run.lock"
+#: Seconds between two looks at the sweep's stop event (each look asks the scheduler).
+STOP_POLL_S = 2.0
+
+
+def stop_asked(event: str | None) -> Callable[[], bool]:
+    """A check that turns true once the Dask Event `event` is set (asked every STOP_POLL_S at most).
+
+    The sweep command sets it when it is interrupted, so that training runs, which see no
+    signals in a worker's thread, save a checkpoint at their next step instead of losing the
+    steps since the last one.
+    """
+    if event is None:
+        return lambda: False
+    from distributed import Event
+
+    flag = Event(event)
+    seen = {"at": -STOP_POLL_S, "set": False}
+
+    def asked() -> bool:
+        now = time.monotonic()
+        if not seen["set"] and now - seen["at"] >= STOP_POLL_S:
+            seen["at"] = now
+            try:
+                seen["set"] = flag.is_set()
+            except Exception:  # noqa: BLE001 - the worker lost its scheduler: save the run while it can
+                seen["set"] = True
+        return seen["set"]
+
+    return asked
+
+
+class IgnoreInterrupts(WorkerPlugin):
+    """Makes a local worker process ignore SIGINT.
+
+    The workers of a LocalCluster share the terminal's process group, so Ctrl-C reaches them
+    too and would close them mid-step, before their run saves a checkpoint. The sweep command
+    handles Ctrl-C for them: it sets the stop event that `stop_asked` watches.
+    """
+
+    name = "bgp4-ignore-interrupts"
+
+    def setup(self, worker: Any) -> None:
+        if threading.current_thread() is threading.main_thread():  # the worker's event loop, as a rule
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
@@ -49,6 +98,9 @@ def _locked_and_logged(lock: Path, log: Path) -> Iterator[Callable[[str], None]]
         try:
             say(f"{who}: task started")
             yield say
+        except KeyboardInterrupt:
+            say(f"{who}: task stopped; a rerun of the sweep resumes it")
+            raise
         except BaseException as error:
             say(f"{who}: task failed: {type(error).__name__}: {error}")
             raise
@@ -72,20 +124,28 @@ def _select_gpu(gpus: float) -> None:
                 torch.cuda.set_device(int(name) % count)
 
 
-def run_task(spec: RunSpec) -> dict[str, Any]:
+def run_task(spec: RunSpec, stop_event: str | None = None) -> dict[str, Any]:
     """Train, sample and analyze one run (each stage resumes or is skipped when complete).
 
-    Returns {"run", "trained", "sampled", "analyzed", "wall_s"}, or {"run", "error"} for bad
+    Returns {"run", "trained", "sampled", "analyzed", "wall_s"}; {"run", "error"} for bad
     input, which would fail the same way again: it is returned rather than raised, so that Dask
-    does not retry it. Other exceptions are raised and retried.
+    does not retry it; {"run", "stopped"} when the Dask Event `stop_event` was set (training
+    saved a checkpoint at a step boundary first). Other exceptions are raised and retried.
     """
+    stop = stop_asked(stop_event)
+    if stop():
+        return {"run": spec.name, "stopped": True}
     try:
-        return _run_stages(spec)
+        return _run_stages(spec, stop)
     except InputError as error:
         return {"run": spec.name, "error": str(error)}
+    except KeyboardInterrupt:  # raised by train() once stop() turned true, after its checkpoint
+        if not stop():
+            raise
+        return {"run": spec.name, "stopped": True}
 
 
-def _run_stages(spec: RunSpec) -> dict[str, Any]:
+def _run_stages(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
     run = Path(spec.path)
     with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE) as say:
         import torch
@@ -98,7 +158,7 @@ def _run_stages(spec: RunSpec) -> dict[str, Any]:
         torch.set_num_threads(spec.threads)
         _select_gpu(spec.gpus)
         settings = TrainSettings(**spec.train)
-        summary, trained = train(settings, run, progress=False)
+        summary, trained = train(settings, run, progress=False, stop=stop)
         say(f"train: {'trained' if trained else 'complete'}; test NLL {summary.get('test_nll_end')}, {summary.get('wall_s')} s")
         samples, sampled = sample_run(run, SampleSettings(**spec.sample), progress=False)
         say(f"sample: {'sampled' if sampled else 'complete'}; mean energy {samples.get('mean_energy_kT')} kT")

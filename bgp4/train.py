@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -251,9 +251,10 @@ class Trainer:
         return record
 
     # -- the loop ------------------------------------------------------------------------
-    def fit(self, progress: bool = True) -> dict[str, Any]:
+    def fit(self, progress: bool = True, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         """Train to the last step (resuming from a checkpoint), save model.pt; returns the summary
-        that `train` writes to complete.json."""
+        that `train` writes to complete.json. Ctrl-C, SIGTERM or `stop()` turning true save a
+        checkpoint at the next step boundary and raise KeyboardInterrupt."""
         from tqdm.auto import tqdm
 
         from bgp4.energy import OpenMMEnergy
@@ -271,7 +272,7 @@ class Trainer:
             energy = OpenMMEnergy(self.molecule.system, self.temperature, n_workers=self.s.workers or None)
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
         last_save, record = time.monotonic(), {}
-        stop = StopRequest()
+        request = StopRequest(also=stop)
         try:
             while self.step < self.total_steps:
                 started = time.perf_counter()
@@ -293,11 +294,11 @@ class Trainer:
                     self.checkpoint()
                     last_save = time.monotonic()
                 bar.update(1)
-                if stop.requested:  # Ctrl-C or SIGTERM: save at a step boundary, then stop
+                if request.requested:  # Ctrl-C, SIGTERM or stop(): save at a step boundary, then stop
                     self.checkpoint()
                     raise KeyboardInterrupt
         finally:
-            stop.restore()
+            request.restore()
             bar.close()
             if energy is not None:
                 energy.close()
@@ -319,8 +320,12 @@ class Trainer:
         return summary
 
 
-def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True) -> tuple[dict[str, Any], bool]:
-    """Train (or resume, or find complete) the run in `out`; returns (summary, newly_trained)."""
+def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True,
+          stop: Callable[[], bool] | None = None) -> tuple[dict[str, Any], bool]:
+    """Train (or resume, or find complete) the run in `out`; returns (summary, newly_trained).
+
+    `stop`: asked between steps; true saves a checkpoint and raises KeyboardInterrupt (as Ctrl-C).
+    """
     import json
 
     s = settings.validated()
@@ -350,7 +355,7 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
         raise InputError(f"--augment: {molecule.name} has no interchangeable hydrogen triples to relabel")
     run.prepare(record, overwrite, changed=changed_settings)
     trainer = Trainer(s, run, data, molecule)
-    summary = trainer.fit(progress=progress)
+    summary = trainer.fit(progress=progress, stop=stop)
     from bgp4.plots import training_curves
 
     training_curves([{**r, "step": r["global_step"], "energy": r.get("energy_kT"),  # training.png/.pdf

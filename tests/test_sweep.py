@@ -246,3 +246,33 @@ def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
     twin = next(r for r in runs if r != killed and r.name.split("-")[0] == killed.name.split("-")[0])
     assert len(_records(killed)) == len(_records(twin))
     assert json.loads((tmp_path / "s" / "report" / "metrics.json").read_text())["metrics"]["test_nll"]["models"]["rnvp"]["n"] == 2
+
+
+@pytest.mark.slow
+def test_interrupted_sweep_checkpoints_its_running_runs(data_file, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, local workers included): running trainings
+    save a checkpoint at their next step (not only every --checkpoint-minutes) before the
+    command exits with code 130."""
+    config = tmp_path / "run.toml"
+    config.write_text("checkpoint-minutes = 60.0\n")  # no periodic checkpoint within this test
+    args = ["sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp", "--seeds", "2", "--config", str(config),
+            *TINY[:TINY.index("--steps")], "--steps", "100000", *TINY[TINY.index("--steps") + 2:]]
+    sweep = subprocess.Popen([sys.executable, "-m", "bgp4.cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    runs = [tmp_path / "s" / "runs" / f"rnvp-s{seed}" for seed in (0, 1)]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and sweep.poll() is None:
+        if all((r / "metrics.jsonl").exists() and [x for x in _records(r) if x["global_step"] >= 100] for r in runs):
+            break
+        time.sleep(0.1)
+    assert sweep.poll() is None and not any((r / "checkpoint.pt").exists() for r in runs)
+    os.killpg(sweep.pid, signal.SIGINT)
+    stdout, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, stderr[-3000:]
+    assert "rerun the same command to resume" in stderr
+    import torch
+
+    for run in runs:
+        step = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
+        assert 100 <= step < 100000 and not (run / "complete.json").exists()
+        assert "task stopped" in (run / "log.txt").read_text()
