@@ -190,6 +190,7 @@ def sample(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing samples file made with other settings."),
     refine: Optional[int] = typer.Option(None, "--refine", help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5."),
     refine_steps: int = typer.Option(_default(_REFINE, "steps"), "--refine-steps", help="MALA/HMC moves per refinement level (one energy+force evaluation per leapfrog step)."),
+    refine_independence: int = typer.Option(_default(_REFINE, "independence"), "--refine-independence", help="Independence Metropolis moves per refinement level, before the MALA/HMC moves: fresh draws from the generator, accepted by their weights (one energy+force evaluation each); 0: MALA/HMC only."),
     refine_leapfrog: int = typer.Option(_default(_REFINE, "leapfrog"), "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."),
     resample_ess: float = typer.Option(_default(_REFINE, "resample_ess"), "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one lineage counted once."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -205,7 +206,8 @@ def sample(
 
     settings = SampleSettings(n=n, batch=batch, device=device, seed=seed, workers=workers).validated()
     if refine is not None:  # refused before anything is written
-        refinement = RefineSettings(levels=refine, steps=refine_steps, leapfrog=refine_leapfrog, resample_ess=resample_ess).validated()
+        refinement = RefineSettings(levels=refine, steps=refine_steps, leapfrog=refine_leapfrog, resample_ess=resample_ess,
+                                    independence=refine_independence).validated()
     summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet, temperature=temperature)
     typer.echo(
         f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "

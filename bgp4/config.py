@@ -209,11 +209,13 @@ class SampleSettings:
 
 @dataclass(frozen=True)
 class RefineSettings:
-    """AIS refinement: levels K, HMC moves per level, leapfrog steps per move (1: MALA), SMC threshold."""
+    """AIS refinement: levels K, independence and HMC moves per level, leapfrog steps per HMC move
+    (1: MALA), SMC threshold."""
 
     levels: int = 0
-    steps: int = 2
+    steps: int = 1  # HMC moves per level
     leapfrog: int = 1
+    independence: int = 1  # independence Metropolis moves per level, before the HMC moves
     resample_ess: float = 0.0  # 0: plain AIS
     power: float = 2.0  # schedule b_k = (k / (K + 1))^power
     pilot: int = 1_000  # samples of the step-size pilot (discarded)
@@ -221,7 +223,7 @@ class RefineSettings:
     def validated(self) -> "RefineSettings":
         from bgp4.refine import _check
 
-        _check(self.levels, self.steps, self.leapfrog, self.resample_ess)
+        _check(self.levels, self.steps, self.leapfrog, self.resample_ess, self.independence)
         if not (isinstance(self.power, (int, float)) and 0.0 < self.power <= 10.0):
             raise InputError(f"schedule power must be in (0, 10], got {self.power}")
         if self.pilot < 10:

@@ -5,11 +5,15 @@ and x = f(z), the target is log pi(z) = -u(f(z)) + log|det df/dz| (u in kT), so 
 importance weight is r(z) = log pi(z) - log N(z) = -u(x) - log q(x). Intermediate targets
 log g_b = log N + b r for the schedule 0 = b_0 < b_1 < ... < b_K < b_{K+1} = 1:
 
-    for k = 1..K:  log w += (b_k - b_{k-1}) r(z);  `steps` HMC moves invariant for g_{b_k}
+    for k = 1..K:  log w += (b_k - b_{k-1}) r(z);  then moves that leave g_{b_k} invariant:
+                   `independence` independence Metropolis moves, then `steps` HMC moves
     finally:       log w += (1 - b_K) r(z)
 
-K = 0 gives the raw weights r(z_0). Moves: HMC with `leapfrog` steps (1 = MALA), one energy+force
-evaluation per leapfrog step and sample. Step sizes are tuned per level on a separate pilot batch
+K = 0 gives the raw weights r(z_0). Independence Metropolis proposes a fresh base draw z' and
+accepts it with min(1, exp(b (r(z') - r(z)))): a global jump, so that samples can leave what the
+generator over-covers for what it under-covers (the tail of the raw weights), which local moves
+cannot. HMC has `leapfrog` steps (1 = MALA). Every move costs one energy+force evaluation per
+leapfrog step (or proposal) and sample. Step sizes are tuned per level on a separate pilot batch
 whose samples are discarded, so the main run's kernels are fixed and its weights exact. Optional
 SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
 after which every weight is the mean weight (the normalizer estimate stays unbiased); each
@@ -170,6 +174,7 @@ class Chains:
         self.ancestor = torch.arange(len(z), device=z.device)
         self.level = 0
         self.acceptance = np.full(levels, np.nan)
+        self.independence_acceptance = np.full(levels, np.nan)
         self.n_evals = len(z)
         self.resampled = np.zeros(levels, dtype=bool)
         self.finished = False
@@ -193,6 +198,7 @@ class Chains:
         out = {name: v.cpu().numpy() for name in self.ARRAYS if (v := getattr(self, name)) is not None}
         out.update({f"aux_{k}": v.cpu().numpy() for k, v in self.aux.items()})
         out.update(level=np.array(self.level), acceptance=self.acceptance, n_evals=np.array(self.n_evals),
+                   independence_acceptance=self.independence_acceptance,
                    resampled=self.resampled, finished=np.array(self.finished))
         return out
 
@@ -204,6 +210,7 @@ class Chains:
         self.aux = {k[4:]: torch.as_tensor(np.array(v)).to(device) for k, v in state.items() if k.startswith("aux_")}
         self.level, self.n_evals = int(state["level"]), int(state["n_evals"])
         self.acceptance, self.resampled = np.array(state["acceptance"]), np.array(state["resampled"])
+        self.independence_acceptance = np.array(state.get("independence_acceptance", np.full(len(self.acceptance), np.nan)))
         self.finished = bool(state["finished"])
         if self.ancestor is None and not self.resampled.any():  # a state saved before lineages were kept
             self.ancestor = torch.arange(len(self.z), device=self.z.device)
@@ -244,6 +251,24 @@ def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, ge
     return float(torch.exp(log_acc.clamp(max=0.0)).mean())
 
 
+def _independence_step(target: Target, c: Chains, b: float, gen: torch.Generator) -> float:
+    """One independence Metropolis move of every live sample at g_b, proposing fresh base draws;
+    returns the mean acceptance. Accepts with min(1, exp(b (r' - r))), since g_b / base = exp(b r)."""
+    live = torch.isfinite(c.log_w) & torch.isfinite(c.log_ratio)
+    if not live.any():
+        return math.nan
+    idx = torch.nonzero(live).squeeze(1)
+    z = target.sample_base(len(idx), generator=gen).to(c.z.device, c.z.dtype)
+    ev = target.evaluate(z)
+    c.n_evals += len(idx)
+    log_acc = b * (ev.log_ratio - c.log_ratio[idx])
+    log_acc = torch.where(torch.isfinite(log_acc), log_acc, torch.full_like(log_acc, -math.inf))
+    u = torch.rand(len(idx), generator=gen, dtype=torch.float64).to(c.z.device)
+    accept = torch.log(u) < log_acc
+    c.take(idx[accept], z[accept], ev, accept)
+    return float(torch.exp(log_acc.clamp(max=0.0)).mean())
+
+
 def start(target: Target, z0: torch.Tensor, levels: int) -> Chains:
     """Evaluate the base samples z0 (N, d): gradients only when there are levels to move on."""
     return Chains(z0, target.evaluate(z0, grad=levels > 0), levels)
@@ -251,8 +276,9 @@ def start(target: Target, z0: torch.Tensor, levels: int) -> Chains:
 
 def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndarray, steps: int, leapfrog: int,
                gen: torch.Generator, resample_ess: float = 0.0, adapt: bool = False,
-               on_level: Optional[Callable[[Chains], None]] = None) -> Chains:
-    """Advance `c` from its level to the end of the schedule (see the module docstring).
+               on_level: Optional[Callable[[Chains], None]] = None, independence: int = 0) -> Chains:
+    """Advance `c` from its level to the end of the schedule (see the module docstring): at each
+    level, `independence` independence Metropolis moves, then `steps` HMC moves.
 
     With `adapt`, the step size of each level is tuned in place from the acceptance of that
     level's own moves (pilot use only: those samples' weights are then not exact AIS weights).
@@ -268,6 +294,9 @@ def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndar
             c.resampled[k - 1] = True
         if adapt and k > 1:
             step_sizes[k - 1] = step_sizes[k - 2]
+        jumps = [_independence_step(target, c, float(betas[k]), gen) for _ in range(independence)]
+        if independence:
+            c.independence_acceptance[k - 1] = float(np.nanmean(jumps)) if np.isfinite(jumps).any() else math.nan
         rates = []
         for _ in range(steps):
             rates.append(_hmc_step(target, c, float(betas[k]), float(step_sizes[k - 1]), leapfrog, gen))
@@ -284,7 +313,7 @@ def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndar
 
 
 def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int, n: int = PILOT,
-                    seed: int = 0, initial: float = 0.5) -> tuple[np.ndarray, int]:
+                    seed: int = 0, initial: float = 0.5, independence: int = 0) -> tuple[np.ndarray, int]:
     """Step size per level (K,) adapted to ~65 % acceptance on a pilot batch of n samples; and its evaluations."""
     levels = len(betas) - 2
     sizes = np.full(levels, float(initial))
@@ -293,7 +322,7 @@ def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int
     gen = torch.Generator().manual_seed(int(seed))
     c = start(target, target.sample_base(n, generator=gen), levels)
     # at least three moves per level, so that the size can settle even when steps is 1 or 2
-    run_levels(target, c, betas, sizes, max(steps, 3), leapfrog, gen, adapt=True)
+    run_levels(target, c, betas, sizes, max(steps, 3), leapfrog, gen, adapt=True, independence=independence)
     return sizes, c.n_evals
 
 
@@ -301,7 +330,8 @@ class AnnealResult(NamedTuple):
     """Result of `anneal`: x (n, n_atoms, 3) nm, z (n, d), log_w (n,) AIS log weights, u (n,) kT,
     log_q (n,) of the final x, ok (n,) in-domain, raw_log_w (n,) of the starting samples,
     betas (K + 2,), step_sizes (K,), acceptance (K,), n_evals (energy+force evaluations, pilot included),
-    ancestor (n,): the starting sample of each sample's lineage (SMC resampling copies samples)."""
+    ancestor (n,): the starting sample of each sample's lineage (SMC resampling copies samples),
+    independence_acceptance (K,): of the independence moves (nan without them)."""
 
     x: torch.Tensor
     z: torch.Tensor
@@ -315,6 +345,7 @@ class AnnealResult(NamedTuple):
     acceptance: np.ndarray
     n_evals: int
     ancestor: Optional[torch.Tensor] = None
+    independence_acceptance: Optional[np.ndarray] = None
 
     @property
     def ess(self) -> float:
@@ -340,26 +371,26 @@ class _Plan:
     pilot_evals: int
 
 
-def anneal_target(target: Target, n: int, levels: int, steps: int = 2, leapfrog: int = 1,
+def anneal_target(target: Target, n: int, levels: int, steps: int = 1, leapfrog: int = 1,
                   resample_ess: float = 0.0, power: float = 2.0, seed: int = 0, pilot: int = PILOT,
-                  z0: Optional[torch.Tensor] = None) -> tuple[Chains, _Plan, torch.Tensor]:
+                  z0: Optional[torch.Tensor] = None, independence: int = 1) -> tuple[Chains, _Plan, torch.Tensor]:
     """AIS on any `Target`: tune step sizes on a pilot batch, then anneal n base samples (or z0).
 
     Returns the final chains, the plan (betas, step sizes, pilot evaluations) and the raw log
     weights (n,) of the starting samples.
     """
-    _check(levels, steps, leapfrog, resample_ess)
+    _check(levels, steps, leapfrog, resample_ess, independence)
     betas = schedule(levels, power)
-    sizes, pilot_evals = tune_step_sizes(target, betas, steps, leapfrog, n=pilot, seed=seed + 1)
+    sizes, pilot_evals = tune_step_sizes(target, betas, steps, leapfrog, n=pilot, seed=seed + 1, independence=independence)
     gen = torch.Generator().manual_seed(int(seed))
     z = target.sample_base(n, generator=gen) if z0 is None else z0
     c = start(target, z, levels)
     raw = c.log_ratio.clone()
-    run_levels(target, c, betas, sizes, steps, leapfrog, gen, resample_ess)
+    run_levels(target, c, betas, sizes, steps, leapfrog, gen, resample_ess, independence=independence)
     return c, _Plan(betas, sizes, pilot_evals), raw
 
 
-def _check(levels: int, steps: int, leapfrog: int, resample_ess: float) -> None:
+def _check(levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int = 0) -> None:
     if not isinstance(levels, (int, np.integer)) or levels < 0:
         raise InputError(f"--refine must be a non-negative integer, got {levels!r}")
     if not isinstance(steps, (int, np.integer)) or steps < 1:
@@ -368,14 +399,22 @@ def _check(levels: int, steps: int, leapfrog: int, resample_ess: float) -> None:
         raise InputError(f"--leapfrog must be at least 1, got {leapfrog!r}")
     if not 0.0 <= resample_ess <= 1.0:
         raise InputError(f"--resample-ess must be in [0, 1], got {resample_ess}")
+    if not isinstance(independence, (int, np.integer)) or independence < 0:
+        raise InputError(f"--refine-independence must be a non-negative integer, got {independence!r}")
 
 
-def anneal(generator, energy, n: int, levels: int, steps: int = 2, leapfrog: int = 1, resample_ess: float = 0.0,
-           power: float = 2.0, seed: int = 0, pilot: int = PILOT) -> AnnealResult:
-    """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc."""
+def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int = 1, resample_ess: float = 0.0,
+           power: float = 2.0, seed: int = 0, pilot: int = PILOT, independence: int = 1) -> AnnealResult:
+    """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc.
+
+    Per level: `independence` independence Metropolis moves, then `steps` HMC moves of `leapfrog`
+    steps each (1: MALA); each costs one energy+force evaluation per sample.
+    """
     target = GeneratorTarget(generator, energy)
-    c, plan, raw = anneal_target(target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot)
+    c, plan, raw = anneal_target(target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot,
+                                 independence=independence)
     with torch.no_grad():
         x = generator.generate(c.z).x
     return AnnealResult(x, c.z, c.log_w, c.aux["u"], c.aux["log_q"], c.aux["ok"], raw, plan.betas,
-                        plan.step_sizes, c.acceptance, c.n_evals + plan.pilot_evals, c.ancestor)
+                        plan.step_sizes, c.acceptance, c.n_evals + plan.pilot_evals, c.ancestor,
+                        c.independence_acceptance)

@@ -201,7 +201,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
             plan = json.loads(plan_file.read_text())
         else:
             sizes, pilot_evals = tune_step_sizes(target, betas, r.steps, r.leapfrog, n=min(r.pilot, s.n),
-                                                 seed=s.seed + 1)
+                                                 seed=s.seed + 1, independence=r.independence)
             plan = {"record": record, "step_sizes": sizes.tolist(), "pilot_evals": pilot_evals}
             atomic_write(plan_file, json.dumps(plan))
         sizes = np.asarray(plan["step_sizes"], dtype=np.float64)
@@ -226,7 +226,8 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
                     bar.refresh()
 
                 if not chains.finished:
-                    run_levels(target, chains, betas, sizes, r.steps, r.leapfrog, gen, r.resample_ess, on_level=save)
+                    run_levels(target, chains, betas, sizes, r.steps, r.leapfrog, gen, r.resample_ess, on_level=save,
+                               independence=r.independence)
                 save(chains)
                 results.append(chains)
 
@@ -246,7 +247,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     if ancestor is not None:
         extras["ancestor"] = ancestor
     n_evals = int(sum(c.n_evals for c in results)) + int(plan["pilot_evals"])
-    acceptance = np.nanmean(np.stack([c.acceptance for c in results]), axis=0) if r.levels else np.zeros(0)
+    acceptance, jumps = (_per_level(results, a, r.levels) for a in ("acceptance", "independence_acceptance"))
     summary = _summary(u, extras, complete.get("weights_defined", False))
     summary.update(energy_evals=n_evals, evals_per_sample=n_evals / s.n, levels=r.levels)
     if ancestor is not None and summary.get("reverse_ess") is not None:  # copies of one lineage count once
@@ -254,7 +255,8 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
         summary.update(lineage_ess=lineage_ess(extras["log_w"], ancestor), lineages=int(np.unique(ancestor).size))
     record.update(
         summary=json.dumps(summary), temperature=temperature, betas=betas.tolist(), step_sizes=sizes.tolist(),
-        acceptance=[float(a) for a in acceptance], energy_evals=n_evals, evals_per_sample=n_evals / s.n,
+        acceptance=[float(a) for a in acceptance], independence_acceptance=[float(a) for a in jumps],
+        energy_evals=n_evals, evals_per_sample=n_evals / s.n,
         pilot_evals=int(plan["pilot_evals"]), resampled_levels=int(sum(c.resampled.sum() for c in results)),
         wall_s=time.perf_counter() - started, latent_dims=int(z.shape[1]), molecule=molecule.name,
     )
@@ -263,3 +265,14 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     write_trajectory(out, molecule.topology, chunks, record, extras=extras)
     shutil.rmtree(state_dir)
     return summary, True
+
+
+def _per_level(results: list, name: str, levels: int) -> np.ndarray:
+    """The mean over batches of a per-level acceptance array (K,), nan where no batch has one."""
+    if not levels:
+        return np.zeros(0)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # levels without moves of that kind
+        return np.nanmean(np.stack([getattr(c, name) for c in results]), axis=0)

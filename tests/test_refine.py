@@ -57,7 +57,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def annealed():
     target = _double_well()
-    return {k: anneal_target(target, 4000, k, steps=2, seed=3, pilot=300) for k in (0, 5, 20)}
+    return {k: anneal_target(target, 4000, k, steps=2, seed=3, pilot=300, independence=0) for k in (0, 5, 20)}
 
 
 def test_log_normalizer_and_population_match_exact_values(annealed):
@@ -68,6 +68,19 @@ def test_log_normalizer_and_population_match_exact_values(annealed):
     lo, hi = _bootstrap(lambda lw, i: (softmax(lw, axis=-1) * right[i]).sum(-1), chains.log_w)
     assert lo <= P_RIGHT <= hi
     assert hi - lo < 0.05  # an informative interval, not a vacuous one
+
+
+def test_independence_moves_keep_the_weights_exact():
+    target = _double_well()
+    chains, _, _ = anneal_target(target, 4000, 10, steps=1, seed=4, pilot=300, independence=2)
+    assert chains.n_evals == 4000 * (1 + 3 * 10)  # one base evaluation, then one per proposal and move
+    rates = chains.independence_acceptance
+    assert np.all((rates > 0.0) & (rates < 1.0)) and rates[0] > rates[-1]  # fresh draws fit g_b less as b grows
+    lo, hi = _bootstrap(_log_z, chains.log_w)
+    assert lo <= LOG_Z <= hi
+    right = (chains.z[:, 0] > 0).numpy()
+    lo, hi = _bootstrap(lambda lw, i: (softmax(lw, axis=-1) * right[i]).sum(-1), chains.log_w)
+    assert lo <= P_RIGHT <= hi and hi - lo < 0.05
 
 
 def test_ess_rises_with_levels_and_counts_evaluations(annealed):
@@ -146,11 +159,11 @@ def test_infinite_target_weighs_zero_and_never_moves():
     target = FunctionTarget(2, lambda z: -0.5 * z.square().sum(1), log_target,
                             lambda n, g: torch.randn(n, 2, generator=g, dtype=torch.float64))
     z0 = torch.randn(500, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    chains, _, _ = anneal_target(target, 500, 4, steps=2, seed=0, pilot=100, z0=z0.clone())
+    chains, _, _ = anneal_target(target, 500, 4, steps=2, seed=0, pilot=100, z0=z0.clone(), independence=1)
     dead = z0[:, 0] < 0
     assert torch.all(torch.isneginf(chains.log_w[dead])) and torch.equal(chains.z[dead], z0[dead])
     assert torch.all(torch.isfinite(chains.log_w[~dead])) and bool((chains.z[~dead, 0] >= 0).all())
-    assert chains.n_evals == 500 + 4 * 2 * int((~dead).sum())  # dead samples cost nothing
+    assert chains.n_evals == 500 + 4 * (1 + 2) * int((~dead).sum())  # dead samples cost nothing
 
 
 def test_resume_from_a_saved_level_is_exact():
@@ -162,7 +175,7 @@ def test_resume_from_a_saved_level_is_exact():
         return start(target, target.sample_base(300, generator=gen), 6), gen
 
     whole, gen = fresh()
-    run_levels(target, whole, betas, sizes, 2, 1, gen, resample_ess=0.8)
+    run_levels(target, whole, betas, sizes, 2, 1, gen, resample_ess=0.8, independence=1)
 
     class Killed(Exception):
         pass
@@ -176,11 +189,11 @@ def test_resume_from_a_saved_level_is_exact():
 
     part, gen2 = fresh()
     with pytest.raises(Killed):
-        run_levels(target, part, betas, sizes, 2, 1, gen2, resample_ess=0.8, on_level=save_then_die)
+        run_levels(target, part, betas, sizes, 2, 1, gen2, resample_ess=0.8, on_level=save_then_die, independence=1)
     resumed = Chains.from_state({k: v.copy() for k, v in saved.items()})
     gen3 = torch.Generator()
     gen3.set_state(torch.from_numpy(saved["rng"]))
-    run_levels(target, resumed, betas, sizes, 2, 1, gen3, resample_ess=0.8)
+    run_levels(target, resumed, betas, sizes, 2, 1, gen3, resample_ess=0.8, independence=1)
     assert resumed.level == whole.level == 6 and resumed.n_evals == whole.n_evals
     assert torch.equal(resumed.log_w, whole.log_w) and torch.equal(resumed.z, whole.z)
     assert torch.equal(resumed.ancestor, whole.ancestor)
@@ -194,12 +207,15 @@ def test_bad_settings_are_refused():
         anneal_target(target, 10, 2, steps=0)
     with pytest.raises(InputError):
         anneal_target(target, 10, 2, resample_ess=1.5)
+    with pytest.raises(InputError):
+        anneal_target(target, 10, 2, independence=-1)
 
 
 @pytest.mark.parametrize("args, message", [
     (["--refine", "-1"], "--refine"),
     (["--refine", "3", "--resample-ess", "2"], "--resample-ess"),
     (["--refine", "3", "--refine-steps", "0"], "--refine-steps"),
+    (["--refine", "3", "--refine-independence", "-1"], "--refine-independence"),
     (["--refine", "3"], "no finished training run"),
 ])
 def test_cli_bad_input_is_one_line_and_touches_nothing(tmp_path, args, message):
@@ -227,8 +243,8 @@ def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
     for p in bg.parameters():
         p.requires_grad_(False)
     with OpenMMEnergy(molecule.system, 600.0, n_workers=1) as energy:
-        result = anneal(bg, energy, 200, 3, steps=2, pilot=50, seed=0)
-        assert result.n_evals == 200 * (1 + 3 * 2) + 50 * (1 + 3 * 3)
+        result = anneal(bg, energy, 200, 3, steps=2, pilot=50, seed=0)  # and one independence move per level
+        assert result.n_evals == 200 * (1 + 3 * (2 + 1)) + 50 * (1 + 3 * (3 + 1))
         assert result.x.shape == (200, 22, 3) and np.all(np.isfinite(result.acceptance))
         live = torch.isfinite(result.log_w)
         assert live.any()
@@ -340,5 +356,7 @@ def test_killed_refinement_resumes_to_the_same_file(tiny_run, tmp_path, monkeypa
         outs[name] = load_trajectory(tmp_path / name / "samples-refined.h5", 22, extras=SAMPLE_EXTRAS)
     a, b = outs["whole"], outs["resumed"]
     assert np.array_equal(a.extras["log_w"], b.extras["log_w"]) and np.array_equal(a.xyz, b.xyz)
-    assert a.settings["energy_evals"] == b.settings["energy_evals"] == 50 * (1 + 9) + 200 * (1 + 3)
+    # per level: one independence move (the default), then one MALA move; the pilot makes three
+    assert a.settings["energy_evals"] == b.settings["energy_evals"] == 50 * (1 + 3 * 4) + 200 * (1 + 3 * 2)
+    assert len(a.settings["independence_acceptance"]) == 3
     assert len(a.settings["acceptance"]) == 3 and summary["evals_per_sample"] == pytest.approx(a.settings["evals_per_sample"])
