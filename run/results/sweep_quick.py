@@ -1,6 +1,6 @@
 """Wall time of a quick-preset sweep on Dask against the same runs one after another.
 
-    python run/results/sweep_quick.py [--out out/sweep-bench] [--seeds 3] [--tiny]
+    python run/results/sweep_quick.py [--out out/sweep-bench] [--seeds 3] [--tiny] [--sweep-only]
 
 1. MD data with the quick preset's settings (`bgp4 simulate`, not timed; skipped if present).
 2. Sequential: each (model, seed) run with the plain CLI, one after another
@@ -10,6 +10,7 @@
 Prints the wall times, the speedup, and the sweep's overhead: its wall time against the sum of
 its tasks' own wall times divided by the number of workers (what a perfect scheduler needs).
 `--tiny` uses a few dozen steps and few samples (a smoke test of this script, minutes).
+`--sweep-only` skips step 2 (no speedup then): the overhead needs only the sweep's own times.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def main() -> None:
     parser.add_argument("--models", default="rnvp,p4inv")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="tiny settings: a smoke test of this script")
+    parser.add_argument("--sweep-only", action="store_true", help="skip the sequential runs (no speedup figure)")
     a = parser.parse_args()
     md, train, samples = (TINY_MD, TINY_TRAIN, TINY_SAMPLES) if a.tiny else (QUICK_MD, QUICK_TRAIN, QUICK_SAMPLES)
     data = a.out / "data.h5"
@@ -57,7 +59,7 @@ def main() -> None:
 
     runs = [(m, s) for m in a.models.split(",") for s in range(a.seeds)]
     sequential: dict[str, float] = {}
-    for model, seed in runs:
+    for model, seed in [] if a.sweep_only else runs:
         run = a.out / "sequential" / f"{model}-s{seed}"
         sequential[run.name] = (
             bgp4("train", "--data", str(data), "--model", model, "--seed", str(seed), "--out", str(run), "--device", "cpu", *train, "--quiet")
@@ -76,8 +78,9 @@ def main() -> None:
     ideal = sum(tasks.values()) / workers
     result = {
         "runs": len(runs), "cores": cores, "workers": workers,
-        "sequential_s": round(t_sequential, 1), "sequential_per_run_s": {k: round(v, 1) for k, v in sequential.items()},
-        "sweep_s": round(t_sweep, 1), "sweep_task_s": tasks, "speedup": round(t_sequential / t_sweep, 3),
+        "sequential_s": None if a.sweep_only else round(t_sequential, 1), "sequential_per_run_s": {k: round(v, 1) for k, v in sequential.items()},
+        "sweep_s": round(t_sweep, 1), "sweep_task_s": tasks,
+        "speedup": None if a.sweep_only else round(t_sequential / t_sweep, 3),
         "sweep_overhead": round(t_sweep / ideal - 1.0, 4), "cpu_busy_during_sweep": round((busy1 - busy0) / (total1 - total0), 3),
     }
     print(json.dumps(result, indent=1))
