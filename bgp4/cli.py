@@ -218,7 +218,7 @@ def sample(
     if refine is not None:
         refined, _ = refine_run(run, settings, refinement, out, overwrite, progress=not quiet)
         typer.echo(
-            f"refined (K={refine}): mean energy {refined['mean_energy_kT']} kT, reverse ESS "
+            f"refined (K={refine}): mean energy {format_number(refined['mean_energy_kT'])} kT, reverse ESS "
             f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
             f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
         )

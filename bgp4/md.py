@@ -100,7 +100,7 @@ def _committed(work: Path, replica: int) -> int:
     return 0 if state is None else state[0]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Ask Linux to kill this process when the parent dies (even by SIGKILL)."""
     try:
         import ctypes
@@ -120,7 +120,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
     from bgp4.molecule import get_molecule
     from bgp4.platform import get_platform
 
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     s = MDSettings(**settings)
     target = s.frames_of(replica)

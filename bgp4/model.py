@@ -144,14 +144,19 @@ class BoltzmannGenerator(nn.Module):
         return -0.5 * normal - 0.5 * (self.n_dims - n_circ) * math.log(2.0 * math.pi) - n_circ * math.log(2.0 * math.pi)
 
     def sample_latent(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """n draws z (n, n_dims) from the prior, from `generator` when given."""
+        """n draws z (n, n_dims) from the prior, from `generator` when given.
+
+        The draws are made on the generator's device and then moved to the model's, so a CPU
+        generator (AIS chains keep theirs on the CPU) serves a model on CUDA too.
+        """
         if not isinstance(n, int) or n < 1:
             raise InputError(f"number of samples must be a positive integer, got {n!r}")
-        z = torch.randn(n, self.n_dims, dtype=self.dtype, device=self.device, generator=generator)
+        where = generator.device if generator is not None else self.device
+        z = torch.randn(n, self.n_dims, dtype=self.dtype, device=where, generator=generator)
         if self._n_circular:
-            u = torch.rand(n, self.n_dims, dtype=self.dtype, device=self.device, generator=generator)
-            z = torch.where(self.circular_latent, (2.0 * u - 1.0) * math.pi, z)
-        return z
+            u = torch.rand(n, self.n_dims, dtype=self.dtype, device=where, generator=generator)
+            z = torch.where(self.circular_latent.to(where), (2.0 * u - 1.0) * math.pi, z)
+        return z.to(self.device)
 
     def generate(self, z: torch.Tensor) -> GeneratorSample:
         """Push latent points z (B, n_dims) through flow and transform; differentiable in z and parameters.

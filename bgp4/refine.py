@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional, Protocol
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import torch
 
 from bgp4.errors import InputError
+from bgp4.targets import Evaluation, FunctionTarget, GeneratorTarget, Target
 from bgp4.weights import lineage_ess
 
 __all__ = ["AnnealResult", "Evaluation", "FunctionTarget", "GeneratorTarget", "Target", "anneal",
@@ -42,94 +43,6 @@ __all__ = ["AnnealResult", "Evaluation", "FunctionTarget", "GeneratorTarget", "T
 
 TARGET_ACCEPT = 0.65
 PILOT = 1_000
-
-
-class Evaluation(NamedTuple):
-    """Base log density and raw log weight at z (B,), float64, and their gradients (B, d) in z's dtype.
-
-    log_ratio is -inf (and grad_ratio 0) where the target cannot be evaluated; aux holds per-sample
-    values a target wants carried along (e.g. u in kT, log q, in-domain flags).
-    """
-
-    log_base: torch.Tensor
-    log_ratio: torch.Tensor
-    grad_base: Optional[torch.Tensor]
-    grad_ratio: Optional[torch.Tensor]
-    aux: dict
-
-
-class Target(Protocol):
-    """A latent-space target: base sampler and density, raw log weight r = log pi - log base."""
-
-    dim: int
-    circular: Optional[torch.Tensor]  # (dim,) bool: angles of period 2 pi, or None
-
-    def sample_base(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor: ...
-
-    def evaluate(self, z: torch.Tensor, grad: bool = True) -> Evaluation: ...
-
-
-def _with_grads(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad: bool) -> Evaluation:
-    """Evaluate base and ratio at z, with gradients by autograd when `grad`."""
-    zb = z.detach().requires_grad_(grad)
-    with torch.set_grad_enabled(grad):
-        lb = log_base_fn(zb)
-        r, aux = ratio_fn(zb)
-        r = torch.where(torch.isnan(r), torch.full_like(r, -math.inf), r)
-        valid = torch.isfinite(r)
-        gb = gr = None
-        if grad:
-            gb = torch.autograd.grad(lb.sum(), zb)[0]
-            gr = torch.autograd.grad(torch.where(valid, r, torch.zeros_like(r)).sum(), zb, allow_unused=True)[0]
-            gr = torch.zeros_like(zb) if gr is None else gr
-            bad = ~valid | ~torch.isfinite(gr).all(1)
-            gr = torch.where(bad[:, None], torch.zeros_like(gr), gr)
-            r = torch.where(bad, torch.full_like(r, -math.inf), r)
-    return Evaluation(lb.detach().double(), r.detach().double(), gb, gr,
-                      {k: v.detach() for k, v in aux.items()})
-
-
-class FunctionTarget:
-    """A target from plain functions of z (B, d): log_base, log_target (unnormalized), sample_base(n, gen)."""
-
-    def __init__(self, dim: int, log_base: Callable, log_target: Callable, sample_base: Callable,
-                 circular: Optional[torch.Tensor] = None):
-        self.dim, self.circular = dim, circular
-        self._lb, self._lt, self._sample = log_base, log_target, sample_base
-
-    def sample_base(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        return self._sample(n, generator)
-
-    def evaluate(self, z: torch.Tensor, grad: bool = True) -> Evaluation:
-        return _with_grads(z, self._lb, lambda zb: (self._lt(zb) - self._lb(zb), {}), grad)
-
-
-class GeneratorTarget:
-    """The Boltzmann density pulled back into a generator's latent space.
-
-    `generator` is a BoltzmannGenerator (sample_latent, prior_log_prob, generate), `energy` maps
-    positions (B, n_atoms, 3) nm to u (B,) in kT, differentiably, +inf where invalid (OpenMMEnergy).
-    aux: u (kT), log_q (nats), ok (in-domain). Out-of-domain samples get r = -inf.
-    """
-
-    def __init__(self, generator, energy):
-        self.bg, self.energy = generator, energy
-        self.dim = int(generator.n_dims)
-        self.circular = getattr(generator, "circular_latent", None)
-
-    def sample_base(self, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        return self.bg.sample_latent(n, generator=generator)
-
-    def _ratio(self, z: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        s = self.bg.generate(z)
-        # float64 positions give u in float64, as the raw samples' weights are computed
-        u = self.energy.reduced_energy(s.x.double())
-        r = -u - s.log_q.double()
-        r = torch.where(s.ok, r, torch.full_like(r, -math.inf))
-        return r, {"u": u, "log_q": s.log_q.double(), "ok": s.ok}
-
-    def evaluate(self, z: torch.Tensor, grad: bool = True) -> Evaluation:
-        return _with_grads(z, self.bg.prior_log_prob, self._ratio, grad)
 
 
 def schedule(levels: int, power: float = 2.0) -> np.ndarray:
@@ -276,7 +189,7 @@ def start(target: Target, z0: torch.Tensor, levels: int) -> Chains:
 
 def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndarray, steps: int, leapfrog: int,
                gen: torch.Generator, resample_ess: float = 0.0, adapt: bool = False,
-               on_level: Optional[Callable[[Chains], None]] = None, independence: int = 0) -> Chains:
+               on_level: Optional[Callable[[Chains], None]] = None, independence: int = 1) -> Chains:
     """Advance `c` from its level to the end of the schedule (see the module docstring): at each
     level, `independence` independence Metropolis moves, then `steps` HMC moves.
 
@@ -313,8 +226,12 @@ def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndar
 
 
 def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int, n: int = PILOT,
-                    seed: int = 0, initial: float = 0.5, independence: int = 0) -> tuple[np.ndarray, int]:
-    """Step size per level (K,) adapted to ~65 % acceptance on a pilot batch of n samples; and its evaluations."""
+                    seed: int = 0, initial: float = 0.5, independence: int = 1) -> tuple[np.ndarray, int]:
+    """Step size per level (K,) adapted to ~65 % acceptance on a pilot batch of n samples; and its evaluations.
+
+    The pilot makes the main run's `independence` moves per level and at least three HMC moves
+    (none when `steps` is 0: then the sizes are unused).
+    """
     levels = len(betas) - 2
     sizes = np.full(levels, float(initial))
     if levels == 0:
@@ -322,7 +239,8 @@ def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int
     gen = torch.Generator().manual_seed(int(seed))
     c = start(target, target.sample_base(n, generator=gen), levels)
     # at least three moves per level, so that the size can settle even when steps is 1 or 2
-    run_levels(target, c, betas, sizes, max(steps, 3), leapfrog, gen, adapt=True, independence=independence)
+    run_levels(target, c, betas, sizes, max(steps, 3) if steps else 0, leapfrog, gen, adapt=True,
+               independence=independence)
     return sizes, c.n_evals
 
 
@@ -390,17 +308,19 @@ def anneal_target(target: Target, n: int, levels: int, steps: int = 1, leapfrog:
     return c, _Plan(betas, sizes, pilot_evals), raw
 
 
-def _check(levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int = 0) -> None:
+def _check(levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int) -> None:
     if not isinstance(levels, (int, np.integer)) or levels < 0:
         raise InputError(f"--refine must be a non-negative integer, got {levels!r}")
-    if not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise InputError(f"--refine-steps must be at least 1, got {steps!r}")
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise InputError(f"--refine-steps must be a non-negative integer, got {steps!r}")
     if not isinstance(leapfrog, (int, np.integer)) or leapfrog < 1:
         raise InputError(f"--leapfrog must be at least 1, got {leapfrog!r}")
     if not 0.0 <= resample_ess <= 1.0:
         raise InputError(f"--resample-ess must be in [0, 1], got {resample_ess}")
     if not isinstance(independence, (int, np.integer)) or independence < 0:
         raise InputError(f"--refine-independence must be a non-negative integer, got {independence!r}")
+    if steps + independence < 1:
+        raise InputError("--refine-steps and --refine-independence are both 0: the levels would not move")
 
 
 def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int = 1, resample_ess: float = 0.0,

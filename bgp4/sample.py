@@ -148,7 +148,8 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     """Refine the raw samples of `sample_run` (same n, batch, seed: the same prior draws) by AIS.
 
     Writes `<samples>-refined.h5` (same format; log_w the AIS weights; settings hold betas, step
-    sizes, acceptance per level and energy evaluations). Each batch's chains are saved after every
+    sizes, acceptance per level of the MALA/HMC and of the independence moves, and energy
+    evaluations). Each batch's chains are saved after every
     level under `<samples>-refined.state/`, so a killed run resumes losing at most one level.
     Returns (summary, newly_refined).
     """

@@ -296,7 +296,12 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
                                      priority=expected_cost(spec)): spec for spec in longest_first(pending)}
             failures, stopped = _follow(futures, progress, say, tqdm, partial(_ask_to_stop, client, stop_event))
         if stopped:
-            say(f"stopped: {', '.join(sorted(stopped))} saved a checkpoint; rerun the same command to resume")
+            started = sorted(name for name, began in stopped.items() if began)
+            queued = sorted(name for name, began in stopped.items() if not began)
+            say("stopped" + (f": {', '.join(started)} saved their progress" if started else "")
+                + (f"; not started: {', '.join(queued)}" if queued else "")
+                + "".join(f"; {name} failed ({why})" for name, why in sorted(failures.items()))
+                + "; rerun the same command to resume")
             raise KeyboardInterrupt
     else:
         say(f"all {len(plan.runs)} runs are complete")
@@ -312,21 +317,25 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
 
 
 def _ask_to_stop(client: Any, event: str) -> None:
-    """Set the sweep's stop event: running trainings checkpoint at their next step and return."""
+    """Set the sweep's stop event: running trainings checkpoint at their next step and return.
+    Without a scheduler to tell, stop at once (KeyboardInterrupt)."""
     from distributed import Event
 
-    Event(event, client=client).set()
+    try:
+        Event(event, client=client).set()
+    except Exception:  # noqa: BLE001 - the scheduler is gone: nobody is left to stop gracefully
+        raise KeyboardInterrupt from None
 
 
 def _follow(futures: dict[Any, RunSpec], progress: bool, say: Callable[[str], None], tqdm: Any,
-            ask_to_stop: Callable[[], None]) -> tuple[dict[str, str], set[str]]:
+            ask_to_stop: Callable[[], None]) -> tuple[dict[str, str], dict[str, bool]]:
     """One bar over runs, with the step of each training run; returns (failed run -> reason,
-    runs stopped). The first Ctrl-C or SIGTERM calls `ask_to_stop` and waits for the tasks to
-    save their checkpoints; a second one stops at once."""
+    stopped run -> whether it had started). The first Ctrl-C or SIGTERM calls `ask_to_stop` and
+    waits for the tasks to save their checkpoints; a second one stops at once."""
     from distributed import as_completed
 
     failures: dict[str, str] = {}
-    stopped: set[str] = set()
+    stopped: dict[str, bool] = {}
     running = dict(futures)
     queue = as_completed(list(futures))
     shown = ""
@@ -337,7 +346,8 @@ def _follow(futures: dict[Any, RunSpec], progress: bool, say: Callable[[str], No
                 if request.requested and not asked:
                     ask_to_stop()
                     asked = True
-                    bar.write("stopping: each running run saves a checkpoint at its next step (interrupt again to stop at once)")
+                    bar.write("stopping: training runs save a checkpoint at their next step, runs that sample or "
+                              "analyze finish that stage first (interrupt again to stop at once)")
                 for future in queue.next_batch(block=False):
                     _settle(future, running.pop(future), failures, stopped, bar)
                     bar.update(1)
@@ -350,7 +360,7 @@ def _follow(futures: dict[Any, RunSpec], progress: bool, say: Callable[[str], No
     return failures, stopped
 
 
-def _settle(future: Any, spec: RunSpec, failures: dict[str, str], stopped: set[str], bar: Any) -> None:
+def _settle(future: Any, spec: RunSpec, failures: dict[str, str], stopped: dict[str, bool], bar: Any) -> None:
     """Record one finished task: failed (with the first line of why), stopped, or done."""
     if future.status == "error":
         error = future.exception()
@@ -359,7 +369,7 @@ def _settle(future: Any, spec: RunSpec, failures: dict[str, str], stopped: set[s
         return
     result = future.result()
     if result.get("stopped"):
-        stopped.add(spec.name)
+        stopped[spec.name] = bool(result.get("started", True))
     elif "error" in result:
         failures[spec.name] = result["error"]
         bar.write(f"{spec.name}: failed ({failures[spec.name]})")

@@ -34,6 +34,8 @@ LOG_FILE = "log.txt"
 LOCK_FILE = "run.lock"
 #: Seconds between two looks at the sweep's stop event (each look asks the scheduler).
 STOP_POLL_S = 2.0
+#: Seconds without an answer about the stop event after which a run stops as if asked.
+STOP_LOST_S = 30.0
 
 
 def stop_asked(event: str | None) -> Callable[[], bool]:
@@ -48,16 +50,19 @@ def stop_asked(event: str | None) -> Callable[[], bool]:
     from distributed import Event
 
     flag = Event(event)
-    seen = {"at": -STOP_POLL_S, "set": False}
+    seen = {"at": -STOP_POLL_S, "set": False, "failing_since": None}
 
     def asked() -> bool:
         now = time.monotonic()
         if not seen["set"] and now - seen["at"] >= STOP_POLL_S:
             seen["at"] = now
             try:
-                seen["set"] = flag.is_set()
-            except Exception:  # noqa: BLE001 - the worker lost its scheduler: save the run while it can
-                seen["set"] = True
+                seen["set"], seen["failing_since"] = flag.is_set(), None
+            except Exception as error:  # noqa: BLE001 - a transient RPC error, or the scheduler is gone
+                seen["failing_since"] = seen["failing_since"] or now
+                if now - seen["failing_since"] >= STOP_LOST_S:  # gone: save the run while it can
+                    print(f"no answer from the scheduler for {STOP_LOST_S:.0f} s ({error}); stopping", flush=True)
+                    seen["set"] = True
         return seen["set"]
 
     return asked
@@ -68,7 +73,9 @@ class IgnoreInterrupts(WorkerPlugin):
 
     The workers of a LocalCluster share the terminal's process group, so Ctrl-C reaches them
     too and would close them mid-step, before their run saves a checkpoint. The sweep command
-    handles Ctrl-C for them: it sets the stop event that `stop_asked` watches.
+    handles Ctrl-C for them: it sets the stop event that `stop_asked` watches. (SIGTERM sent to
+    the whole process group, as a batch system may do, still ends the workers at once; runs then
+    resume from their last periodic checkpoint.)
     """
 
     name = "bgp4-ignore-interrupts"
@@ -133,16 +140,16 @@ def run_task(spec: RunSpec, stop_event: str | None = None) -> dict[str, Any]:
     saved a checkpoint at a step boundary first). Other exceptions are raised and retried.
     """
     stop = stop_asked(stop_event)
-    if stop():
-        return {"run": spec.name, "stopped": True}
+    if stop():  # still queued when the sweep was stopped
+        return {"run": spec.name, "stopped": True, "started": False}
     try:
         return _run_stages(spec, stop)
     except InputError as error:
         return {"run": spec.name, "error": str(error)}
-    except KeyboardInterrupt:  # raised by train() once stop() turned true, after its checkpoint
+    except KeyboardInterrupt:  # stop() turned true: training saved its checkpoint, or a stage ended
         if not stop():
             raise
-        return {"run": spec.name, "stopped": True}
+        return {"run": spec.name, "stopped": True, "started": True}
 
 
 def _run_stages(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
@@ -160,8 +167,12 @@ def _run_stages(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         settings = TrainSettings(**spec.train)
         summary, trained = train(settings, run, progress=False, stop=stop)
         say(f"train: {'trained' if trained else 'complete'}; test NLL {summary.get('test_nll_end')}, {summary.get('wall_s')} s")
+        if stop():  # the next stages are not stoppable mid-way: do not start them
+            raise KeyboardInterrupt
         samples, sampled = sample_run(run, SampleSettings(**spec.sample), progress=False)
         say(f"sample: {'sampled' if sampled else 'complete'}; mean energy {samples.get('mean_energy_kT')} kT")
+        if stop():
+            raise KeyboardInterrupt
         report = run / "report" / "metrics.json"
         analyzed = sampled or not report.exists()
         if analyzed:
@@ -172,6 +183,13 @@ def _run_stages(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         atomic_write(run / DONE_FILE, json.dumps(payload, indent=1))
         say(f"task finished in {wall:.1f} s")
     return {"run": spec.name, "trained": trained, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
+
+
+# `bgp4 simulate` as a worker's child: it dies with the worker (which may be killed when the sweep
+# stops), and takes Ctrl-C again, which the worker's IgnoreInterrupts would pass on as ignored
+_SIMULATE_CHILD = ("import signal, sys; from bgp4.md import die_with_parent; die_with_parent(); "
+                   "signal.signal(signal.SIGINT, signal.default_int_handler); sys.argv[0] = 'bgp4'; "
+                   "from bgp4.cli import main; sys.exit(main())")
 
 
 def simulate_task(data: str, md: dict[str, Any]) -> str:
@@ -187,7 +205,7 @@ def simulate_task(data: str, md: dict[str, Any]) -> str:
         flags = [a for k, v in md.items() for a in (f"--{k.replace('_', '-')}", str(v))]
         say("bgp4 simulate " + " ".join(flags))
         sys.stdout.flush()
-        done = subprocess.run([sys.executable, "-m", "bgp4.cli", "simulate", "--out", data, "--quiet", *flags],
+        done = subprocess.run([sys.executable, "-c", _SIMULATE_CHILD, "simulate", "--out", data, "--quiet", *flags],
                               stdout=sys.stdout, stderr=sys.stdout)
         if done.returncode != 0:
             raise Bgp4Error(f"simulating {data} failed (exit code {done.returncode}); see {out.name}.log.txt")

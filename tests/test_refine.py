@@ -72,15 +72,16 @@ def test_log_normalizer_and_population_match_exact_values(annealed):
 
 def test_independence_moves_keep_the_weights_exact():
     target = _double_well()
-    chains, _, _ = anneal_target(target, 4000, 10, steps=1, seed=4, pilot=300, independence=2)
-    assert chains.n_evals == 4000 * (1 + 3 * 10)  # one base evaluation, then one per proposal and move
+    # independence moves alone (no MALA): the kernel itself must leave every g_b invariant
+    chains, _, _ = anneal_target(target, 4000, 10, steps=0, seed=4, pilot=300, independence=2)
+    assert chains.n_evals == 4000 * (1 + 2 * 10)  # one base evaluation, then one per proposal
     rates = chains.independence_acceptance
     assert np.all((rates > 0.0) & (rates < 1.0)) and rates[0] > rates[-1]  # fresh draws fit g_b less as b grows
     lo, hi = _bootstrap(_log_z, chains.log_w)
     assert lo <= LOG_Z <= hi
     right = (chains.z[:, 0] > 0).numpy()
     lo, hi = _bootstrap(lambda lw, i: (softmax(lw, axis=-1) * right[i]).sum(-1), chains.log_w)
-    assert lo <= P_RIGHT <= hi and hi - lo < 0.05
+    assert lo <= P_RIGHT <= hi and hi - lo < 0.1  # wider than with MALA: this base fits the wells poorly
 
 
 def test_ess_rises_with_levels_and_counts_evaluations(annealed):
@@ -204,7 +205,7 @@ def test_bad_settings_are_refused():
     with pytest.raises(InputError):
         anneal_target(target, 10, -1)
     with pytest.raises(InputError):
-        anneal_target(target, 10, 2, steps=0)
+        anneal_target(target, 10, 2, steps=0, independence=0)
     with pytest.raises(InputError):
         anneal_target(target, 10, 2, resample_ess=1.5)
     with pytest.raises(InputError):
@@ -214,7 +215,7 @@ def test_bad_settings_are_refused():
 @pytest.mark.parametrize("args, message", [
     (["--refine", "-1"], "--refine"),
     (["--refine", "3", "--resample-ess", "2"], "--resample-ess"),
-    (["--refine", "3", "--refine-steps", "0"], "--refine-steps"),
+    (["--refine", "3", "--refine-steps", "0", "--refine-independence", "0"], "both 0"),
     (["--refine", "3", "--refine-independence", "-1"], "--refine-independence"),
     (["--refine", "3"], "no finished training run"),
 ])

@@ -269,7 +269,7 @@ def test_interrupted_sweep_checkpoints_its_running_runs(data_file, tmp_path):
     os.killpg(sweep.pid, signal.SIGINT)
     stdout, stderr = sweep.communicate(timeout=120)
     assert sweep.returncode == 130, stderr[-3000:]
-    assert "rerun the same command to resume" in stderr
+    assert "saved their progress" in stdout and "rerun the same command to resume" in stderr
     import torch
 
     for run in runs:

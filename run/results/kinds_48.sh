@@ -20,7 +20,7 @@ for kind in $kinds; do
     if [[ "$kind" == spline* ]]; then args=("${spline[@]}"); else args=("${paper_short[@]}"); fi
     bgp4 train --data "$data" --model "$kind" --out "$out/$kind" "${args[@]}" --quiet
     bgp4 sample "$out/$kind" --n 100000 --quiet
-    if (( refine > 0 )); then bgp4 sample "$out/$kind" --n 100000 --refine "$refine" --quiet; fi
+    if (( refine > 0 )); then bgp4 sample "$out/$kind" --n 100000 --refine "$refine" --refine-steps 2 --refine-independence 0 --quiet; fi
     runs+=("$out/$kind")
 done
 bgp4 analyze --data "$data" "${runs[@]}" --out "$out/report"
