@@ -33,3 +33,5 @@ def test_readme_api_block_runs(tmp_path):
     ess, median = map(float, re.search(r"reverse ESS (\S+), median energy (\S+) kT", done.stdout).groups())
     assert 0.0 < ess <= 1.0 and -20.0 < median < 100.0  # a trained-briefly generator: finite, physical
     assert (tmp_path / "ala2.h5").exists()
+    refined = float(re.search(r"refined: reverse ESS (\S+) for", done.stdout).group(1))
+    assert 0.0 < refined <= 1.0
