@@ -100,6 +100,10 @@ class Chains:
         for k, v in ev.aux.items():
             self.aux[k][rows] = v[sub].to(self.aux[k].dtype)
 
+    def live_rows(self) -> torch.Tensor:
+        """Indices of the samples that still move: finite weight and finite target."""
+        return torch.nonzero(torch.isfinite(self.log_w) & torch.isfinite(self.log_ratio)).squeeze(1)
+
     def reorder(self, idx: torch.Tensor) -> None:
         for name in self.ARRAYS:
             if getattr(self, name) is not None:
@@ -139,10 +143,9 @@ def _wrap(z: torch.Tensor, circular: Optional[torch.Tensor]) -> torch.Tensor:
 
 def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, gen: torch.Generator) -> float:
     """One HMC move (L leapfrog steps, L = 1: MALA) of every live sample at g_b; returns the mean acceptance."""
-    live = torch.isfinite(c.log_w) & torch.isfinite(c.log_ratio)
-    if not live.any():
+    idx = c.live_rows()
+    if len(idx) == 0:
         return math.nan
-    idx = torch.nonzero(live).squeeze(1)
     z0 = c.z[idx]
     p0 = torch.randn(z0.shape, generator=gen, dtype=z0.dtype).to(z0.device)
     log_g0 = c.log_base[idx] + b * c.log_ratio[idx]
@@ -167,10 +170,9 @@ def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, ge
 def _independence_step(target: Target, c: Chains, b: float, gen: torch.Generator) -> float:
     """One independence Metropolis move of every live sample at g_b, proposing fresh base draws;
     returns the mean acceptance. Accepts with min(1, exp(b (r' - r))), since g_b / base = exp(b r)."""
-    live = torch.isfinite(c.log_w) & torch.isfinite(c.log_ratio)
-    if not live.any():
+    idx = c.live_rows()
+    if len(idx) == 0:
         return math.nan
-    idx = torch.nonzero(live).squeeze(1)
     z = target.sample_base(len(idx), generator=gen).to(c.z.device, c.z.dtype)
     ev = target.evaluate(z)
     c.n_evals += len(idx)
@@ -180,6 +182,11 @@ def _independence_step(target: Target, c: Chains, b: float, gen: torch.Generator
     accept = torch.log(u) < log_acc
     c.take(idx[accept], z[accept], ev, accept)
     return float(torch.exp(log_acc.clamp(max=0.0)).mean())
+
+
+def _mean_rate(rates: list[float]) -> float:
+    """Mean acceptance of one level's moves (nan entries: moves without live samples), nan if none."""
+    return float(np.nanmean(rates)) if np.isfinite(rates).any() else math.nan
 
 
 def start(target: Target, z0: torch.Tensor, levels: int) -> Chains:
@@ -209,13 +216,13 @@ def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndar
             step_sizes[k - 1] = step_sizes[k - 2]
         jumps = [_independence_step(target, c, float(betas[k]), gen) for _ in range(independence)]
         if independence:
-            c.independence_acceptance[k - 1] = float(np.nanmean(jumps)) if np.isfinite(jumps).any() else math.nan
+            c.independence_acceptance[k - 1] = _mean_rate(jumps)
         rates = []
         for _ in range(steps):
             rates.append(_hmc_step(target, c, float(betas[k]), float(step_sizes[k - 1]), leapfrog, gen))
             if adapt and np.isfinite(rates[-1]):
                 step_sizes[k - 1] *= math.exp(2.0 * (rates[-1] - TARGET_ACCEPT))
-        c.acceptance[k - 1] = float(np.nanmean(rates)) if np.isfinite(rates).any() else math.nan
+        c.acceptance[k - 1] = _mean_rate(rates)
         c.level = k
         if on_level is not None:
             on_level(c)

@@ -45,27 +45,34 @@ def stop_asked(event: str | None) -> Callable[[], bool]:
     signals in a worker's thread, save a checkpoint at their next step instead of losing the
     steps since the last one.
     """
-    if event is None:
-        return lambda: False
-    from distributed import Event
+    return (lambda: False) if event is None else _EventWatch(event)
 
-    flag = Event(event)
-    seen = {"at": -STOP_POLL_S, "set": False, "failing_since": None}
 
-    def asked() -> bool:
+class _EventWatch:
+    """Callable: whether a Dask Event is set, asking the scheduler at most every STOP_POLL_S;
+    true for good once it was, or once the scheduler has not answered for STOP_LOST_S."""
+
+    def __init__(self, name: str):
+        from distributed import Event
+
+        self.event = Event(name)
+        self.set = False
+        self.asked_at = -STOP_POLL_S
+        self.failing_since: float | None = None
+
+    def __call__(self) -> bool:
         now = time.monotonic()
-        if not seen["set"] and now - seen["at"] >= STOP_POLL_S:
-            seen["at"] = now
-            try:
-                seen["set"], seen["failing_since"] = flag.is_set(), None
-            except Exception as error:  # noqa: BLE001 - a transient RPC error, or the scheduler is gone
-                seen["failing_since"] = seen["failing_since"] or now
-                if now - seen["failing_since"] >= STOP_LOST_S:  # gone: save the run while it can
-                    print(f"no answer from the scheduler for {STOP_LOST_S:.0f} s ({error}); stopping", flush=True)
-                    seen["set"] = True
-        return seen["set"]
-
-    return asked
+        if self.set or now - self.asked_at < STOP_POLL_S:
+            return self.set
+        self.asked_at = now
+        try:
+            self.set, self.failing_since = self.event.is_set(), None
+        except Exception as error:  # noqa: BLE001 - a transient RPC error, or the scheduler is gone
+            self.failing_since = self.failing_since or now
+            if now - self.failing_since >= STOP_LOST_S:  # gone: save the run while it can
+                print(f"no answer from the scheduler for {STOP_LOST_S:.0f} s ({error}); stopping", flush=True)
+                self.set = True
+        return self.set
 
 
 class IgnoreInterrupts(WorkerPlugin):
