@@ -20,6 +20,7 @@ import os
 import socket
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -278,9 +279,14 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
 
     pending = [r for r in plan.runs if not r.done]
     failures: dict[str, str] = {}
+    report: Future | None = None
     if pending or plan.md is not None:
         size = 0 if scheduler else local_cluster_size(len(pending), plan.runs[0].threads, plan.runs[0].gpus, workers)
-        with open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
+        # the report's imports load while the runs train, and the report is written while the
+        # cluster closes: both would otherwise add to the sweep's idle tail
+        background = ThreadPoolExecutor(1, thread_name_prefix="bgp4-report")
+        background.submit(_import_report_modules)
+        with background, open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
             plan.out.mkdir(parents=True, exist_ok=True)
             (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
             where = scheduler or f"a local cluster of {size} worker process(es), {plan.runs[0].threads} thread(s) per run"
@@ -295,6 +301,8 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
             futures = {client.submit(run_task, spec, stop_event, pure=False, retries=RETRIES, resources=resources,
                                      priority=expected_cost(spec)): spec for spec in longest_first(pending)}
             failures, stopped = _follow(futures, progress, say, tqdm, partial(_ask_to_stop, client, stop_event))
+            if not stopped and len(failures) < len(plan.runs):
+                report = background.submit(write_sweep_report, plan.out)
         if stopped:
             started = sorted(name for name, began in stopped.items() if began)
             queued = sorted(name for name, began in stopped.items() if not began)
@@ -307,13 +315,24 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
         say(f"all {len(plan.runs)} runs are complete")
         (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
     metrics: dict[str, Any] = {}
-    if len(failures) < len(plan.runs):
+    if report is not None:
+        metrics = report.result()
+        say(f"report in {plan.out / 'report' / 'report.md'}")
+    elif len(failures) < len(plan.runs):
         metrics = write_sweep_report(plan.out)
         say(f"report in {plan.out / 'report' / 'report.md'}")
     if failures:
         listed = "; ".join(f"{name}: {why}" for name, why in sorted(failures.items()))
         raise Bgp4Error(f"{len(failures)} run(s) failed ({listed}); see their log.txt, rerun to retry")
     return metrics
+
+
+def _import_report_modules() -> None:
+    """Import what the aggregate report needs (matplotlib, scipy.stats: a few seconds)."""
+    import scipy.stats  # noqa: F401
+
+    import bgp4.plots  # noqa: F401
+    import bgp4.report  # noqa: F401
 
 
 def _ask_to_stop(client: Any, event: str) -> None:
