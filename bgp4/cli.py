@@ -26,6 +26,8 @@ def _default(settings: type, name: str):
 
 
 _MD, _SAMPLE, _REFINE = MDSettings, SampleSettings, RefineSettings
+#: Below this acceptance of the independence moves at the last level, `sample --refine` suggests MALA moves.
+STALLED_INDEPENDENCE = 0.05
 #: Where `bgp4 simulate` writes and `bgp4 train` / `bgp4 analyze` read by default.
 DEFAULT_DATA = Path(_default(TrainSettings, "data"))
 
@@ -189,8 +191,8 @@ def sample(
     temperature: Optional[float] = typer.Option(None, help="Temperature in K; only for a run that records none."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing samples file made with other settings."),
     refine: Optional[int] = typer.Option(None, "--refine", help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5."),
-    refine_steps: int = typer.Option(_default(_REFINE, "steps"), "--refine-steps", help="MALA/HMC moves per refinement level (one energy+force evaluation per leapfrog step)."),
-    refine_independence: int = typer.Option(_default(_REFINE, "independence"), "--refine-independence", help="Independence Metropolis moves per refinement level, before the MALA/HMC moves: fresh draws from the generator, accepted by their weights (one energy+force evaluation each); 0: MALA/HMC only."),
+    refine_steps: int = typer.Option(_default(_REFINE, "steps"), "--refine-steps", help="MALA/HMC moves per refinement level, after the independence moves (one energy+force evaluation and a backward pass through the flow per leapfrog step); worth adding for a generator whose own draws are rarely accepted."),
+    refine_independence: int = typer.Option(_default(_REFINE, "independence"), "--refine-independence", help="Independence Metropolis moves per refinement level: fresh draws from the generator, accepted by their weights (one energy evaluation each; forces too when there are MALA/HMC moves); 0: MALA/HMC only."),
     refine_leapfrog: int = typer.Option(_default(_REFINE, "leapfrog"), "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."),
     resample_ess: float = typer.Option(_default(_REFINE, "resample_ess"), "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one lineage counted once."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -222,6 +224,10 @@ def sample(
             f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
             f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
         )
+        rate = refined.get("final_independence_acceptance")
+        if refinement.steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
+            typer.echo(f"note: the generator's own draws were accepted in only {rate:.1%} of the independence moves at "
+                       "the last level, so the samples hardly moved there; --refine-steps 1 adds MALA moves")
 
 
 @app.command()

@@ -12,9 +12,12 @@ log g_b = log N + b r for the schedule 0 = b_0 < b_1 < ... < b_K < b_{K+1} = 1:
 K = 0 gives the raw weights r(z_0). Independence Metropolis proposes a fresh base draw z' and
 accepts it with min(1, exp(b (r(z') - r(z)))): a global jump, so that samples can leave what the
 generator over-covers for what it under-covers (the tail of the raw weights), which local moves
-cannot. HMC has `leapfrog` steps (1 = MALA). Every move costs one energy+force evaluation per
-leapfrog step (or proposal) and sample. Step sizes are tuned per level on a separate pilot batch
-whose samples are discarded, so the main run's kernels are fixed and its weights exact. Optional
+cannot. HMC has `leapfrog` steps (1 = MALA). Every move costs one evaluation per leapfrog step
+(or proposal) and sample: energy and forces with a backward pass through the flow for HMC, the
+energy alone for independence moves when there are no HMC moves (the default: for the generators
+of README, independence moves alone give the same ESS per evaluation at half to a quarter of the
+cost). HMC step sizes are tuned per level on a separate pilot batch whose samples are discarded, so
+the main run's kernels are fixed and its weights exact. Optional
 SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
 after which every weight is the mean weight (the normalizer estimate stays unbiased); each
 sample's `ancestor` (the starting sample its lineage began with) is carried along, so that the ESS
@@ -96,7 +99,8 @@ class Chains:
         """Store z and the entries `sub` (mask) of the evaluation `ev` at the row indices `rows`."""
         self.z[rows] = z
         for name in ("log_base", "log_ratio", "grad_base", "grad_ratio"):
-            getattr(self, name)[rows] = getattr(ev, name)[sub].to(getattr(self, name).dtype)
+            if (mine := getattr(self, name)) is not None:  # no gradients are kept without HMC moves
+                mine[rows] = getattr(ev, name)[sub].to(mine.dtype)
         for k, v in ev.aux.items():
             self.aux[k][rows] = v[sub].to(self.aux[k].dtype)
 
@@ -169,12 +173,13 @@ def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, ge
 
 def _independence_step(target: Target, c: Chains, b: float, gen: torch.Generator) -> float:
     """One independence Metropolis move of every live sample at g_b, proposing fresh base draws;
-    returns the mean acceptance. Accepts with min(1, exp(b (r' - r))), since g_b / base = exp(b r)."""
+    returns the mean acceptance. Accepts with min(1, exp(b (r' - r))), since g_b / base = exp(b r).
+    Gradients are evaluated only when the chains keep them (for HMC moves)."""
     idx = c.live_rows()
     if len(idx) == 0:
         return math.nan
     z = target.sample_base(len(idx), generator=gen).to(c.z.device, c.z.dtype)
-    ev = target.evaluate(z)
+    ev = target.evaluate(z, grad=c.grad_ratio is not None)
     c.n_evals += len(idx)
     log_acc = b * (ev.log_ratio - c.log_ratio[idx])
     log_acc = torch.where(torch.isfinite(log_acc), log_acc, torch.full_like(log_acc, -math.inf))
@@ -189,9 +194,10 @@ def _mean_rate(rates: list[float]) -> float:
     return float(np.nanmean(rates)) if np.isfinite(rates).any() else math.nan
 
 
-def start(target: Target, z0: torch.Tensor, levels: int) -> Chains:
-    """Evaluate the base samples z0 (N, d): gradients only when there are levels to move on."""
-    return Chains(z0, target.evaluate(z0, grad=levels > 0), levels)
+def start(target: Target, z0: torch.Tensor, levels: int, steps: int = 1) -> Chains:
+    """Evaluate the base samples z0 (N, d): gradients only when there are levels with `steps` HMC
+    moves to make (independence moves need none: without HMC, no move computes a gradient)."""
+    return Chains(z0, target.evaluate(z0, grad=levels > 0 and steps > 0), levels)
 
 
 def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndarray, steps: int, leapfrog: int,
@@ -236,17 +242,18 @@ def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int
                     seed: int = 0, initial: float = 0.5, independence: int = 1) -> tuple[np.ndarray, int]:
     """Step size per level (K,) adapted to ~65 % acceptance on a pilot batch of n samples; and its evaluations.
 
-    The pilot makes the main run's `independence` moves per level and at least three HMC moves
-    (none when `steps` is 0: then the sizes are unused).
+    The pilot makes the main run's `independence` moves per level and at least three HMC moves.
+    Without HMC moves (`steps` 0) there is no pilot: the sizes are unused.
     """
     levels = len(betas) - 2
     sizes = np.full(levels, float(initial))
-    if levels == 0:
+    if levels == 0 or steps == 0:  # no HMC moves: no step size to tune
         return sizes, 0
     gen = torch.Generator().manual_seed(int(seed))
-    c = start(target, target.sample_base(n, generator=gen), levels)
     # at least three moves per level, so that the size can settle even when steps is 1 or 2
-    run_levels(target, c, betas, sizes, max(steps, 3) if steps else 0, leapfrog, gen, adapt=True,
+    pilot_steps = max(steps, 3) if steps else 0
+    c = start(target, target.sample_base(n, generator=gen), levels, pilot_steps)
+    run_levels(target, c, betas, sizes, pilot_steps, leapfrog, gen, adapt=True,
                independence=independence)
     return sizes, c.n_evals
 
@@ -296,7 +303,7 @@ class _Plan:
     pilot_evals: int
 
 
-def anneal_target(target: Target, n: int, levels: int, steps: int = 1, leapfrog: int = 1,
+def anneal_target(target: Target, n: int, levels: int, steps: int = 0, leapfrog: int = 1,
                   resample_ess: float = 0.0, power: float = 2.0, seed: int = 0, pilot: int = PILOT,
                   z0: Optional[torch.Tensor] = None, independence: int = 1) -> tuple[Chains, _Plan, torch.Tensor]:
     """AIS on any `Target`: tune step sizes on a pilot batch, then anneal n base samples (or z0).
@@ -309,7 +316,7 @@ def anneal_target(target: Target, n: int, levels: int, steps: int = 1, leapfrog:
     sizes, pilot_evals = tune_step_sizes(target, betas, steps, leapfrog, n=pilot, seed=seed + 1, independence=independence)
     gen = torch.Generator().manual_seed(int(seed))
     z = target.sample_base(n, generator=gen) if z0 is None else z0
-    c = start(target, z, levels)
+    c = start(target, z, levels, steps)
     raw = c.log_ratio.clone()
     run_levels(target, c, betas, sizes, steps, leapfrog, gen, resample_ess, independence=independence)
     return c, _Plan(betas, sizes, pilot_evals), raw
@@ -330,12 +337,13 @@ def _check(levels: int, steps: int, leapfrog: int, resample_ess: float, independ
         raise InputError("--refine-steps and --refine-independence are both 0: the levels would not move")
 
 
-def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int = 1, resample_ess: float = 0.0,
+def anneal(generator, energy, n: int, levels: int, steps: int = 0, leapfrog: int = 1, resample_ess: float = 0.0,
            power: float = 2.0, seed: int = 0, pilot: int = PILOT, independence: int = 1) -> AnnealResult:
     """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc.
 
-    Per level: `independence` independence Metropolis moves, then `steps` HMC moves of `leapfrog`
-    steps each (1: MALA); each costs one energy+force evaluation per sample.
+    Per level: `independence` independence Metropolis moves (one energy evaluation per sample
+    each, no gradient), then `steps` HMC moves of `leapfrog` steps each (1: MALA; one
+    energy+force evaluation and a backward pass through the flow per leapfrog step).
     """
     target = GeneratorTarget(generator, energy)
     c, plan, raw = anneal_target(target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot,

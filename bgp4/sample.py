@@ -219,7 +219,7 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
                     gen.set_state(torch.from_numpy(state["rng"]))
                 else:
                     gen.manual_seed(int(np.random.SeedSequence([s.seed, i]).generate_state(1)[0]))
-                    chains = start(target, z0, r.levels)
+                    chains = start(target, z0, r.levels, r.steps)
 
                 def save(c: Chains, i: int = i, path: Path = path, gen: torch.Generator = gen) -> None:
                     _save_npz(path, {**c.state_dict(), "rng": gen.get_state().numpy()})
@@ -250,7 +250,8 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     n_evals = int(sum(c.n_evals for c in results)) + int(plan["pilot_evals"])
     acceptance, jumps = (_per_level(results, a, r.levels) for a in ("acceptance", "independence_acceptance"))
     summary = _summary(u, extras, complete.get("weights_defined", False))
-    summary.update(energy_evals=n_evals, evals_per_sample=n_evals / s.n, levels=r.levels)
+    summary.update(energy_evals=n_evals, evals_per_sample=n_evals / s.n, levels=r.levels,
+                   final_independence_acceptance=float(jumps[-1]) if len(jumps) and np.isfinite(jumps[-1]) else None)
     if ancestor is not None and summary.get("reverse_ess") is not None:  # copies of one lineage count once
         from bgp4.weights import lineage_ess
         summary.update(lineage_ess=lineage_ess(extras["log_w"], ancestor), lineages=int(np.unique(ancestor).size))

@@ -361,3 +361,30 @@ def test_killed_refinement_resumes_to_the_same_file(tiny_run, tmp_path, monkeypa
     assert a.settings["energy_evals"] == b.settings["energy_evals"] == 50 * (1 + 3 * 4) + 200 * (1 + 3 * 2)
     assert len(a.settings["independence_acceptance"]) == 3
     assert len(a.settings["acceptance"]) == 3 and summary["evals_per_sample"] == pytest.approx(a.settings["evals_per_sample"])
+
+
+@pytest.mark.slow
+def test_cli_default_refinement_moves_by_independence_alone(tiny_run, tmp_path, monkeypatch):
+    """The default: no pilot, no gradients, one energy evaluation per sample and level; a note
+    suggests MALA moves when the generator's draws were rarely accepted at the last level."""
+    import shutil
+
+    from bgp4.cli import STALLED_INDEPENDENCE, app
+    from bgp4.data import load_trajectory
+    from bgp4.sample import REFINED_EXTRAS
+
+    _, shared = tiny_run
+    run = shutil.copytree(shared, tmp_path / "rnvp", ignore=shutil.ignore_patterns("samples*"))
+    result = CliRunner().invoke(app, ["sample", str(run), "--n", "200", "--workers", "1", "--refine", "4", "--quiet"])
+    assert result.exit_code == 0, result.output
+    refined = load_trajectory(run / "samples-refined.h5", 22, extras=REFINED_EXTRAS)
+    settings = refined.settings
+    assert settings["pilot_evals"] == 0 and settings["energy_evals"] == 200 * (1 + 4)
+    assert np.all(np.isnan(settings["acceptance"])) and np.all(np.isfinite(settings["independence_acceptance"]))
+    rate = json.loads(settings["summary"])["final_independence_acceptance"]
+    assert rate == pytest.approx(settings["independence_acceptance"][-1])
+    assert ("--refine-steps 1 adds MALA moves" in result.output) == (rate < STALLED_INDEPENDENCE)
+    monkeypatch.setattr("bgp4.cli.STALLED_INDEPENDENCE", rate + 0.01)  # this tiny generator is accepted ~37 %
+    (run / "samples-refined.h5").unlink()
+    result = CliRunner().invoke(app, ["sample", str(run), "--n", "200", "--workers", "1", "--refine", "4", "--quiet"])
+    assert result.exit_code == 0 and "--refine-steps 1 adds MALA moves" in result.output, result.output

@@ -74,7 +74,7 @@ def main() -> None:
                                                  seed=args.seed + 1, independence=args.independence)
             t1 = time.perf_counter()
             gen = torch.Generator().manual_seed(args.seed)
-            chains = start(target, z0.clone(), levels)
+            chains = start(target, z0.clone(), levels, args.steps)
             raw = chains.log_ratio.clone()
             t2 = time.perf_counter()
             stamps = []
