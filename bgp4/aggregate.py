@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -273,11 +274,13 @@ def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, 
     return plots.energy_violins(columns, low, path, threshold=threshold)
 
 
-def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: int = 0) -> dict[str, Any]:
+def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: int = 0,
+                       executor: Executor | None = None) -> dict[str, Any]:
     """Aggregate the runs of a sweep into `<sweep_dir>/report/`; returns the metrics written.
 
     Runs that are sampled but have no per-run report (or all of them, with `refresh`) are
-    analyzed first, with the current `bgp4 analyze`.
+    analyzed first, with the current `bgp4 analyze`. With an `executor` (e.g. a Dask client's,
+    whose workers see `sweep_dir`) the two figures are drawn there, side by side.
     """
     from bgp4.report import analyze
     from bgp4.sample import default_samples_path
@@ -294,8 +297,13 @@ def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: in
     summary = summarize_sweep(record["models"], runs)
     out = sweep_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    figures = {"seeds": seeds_figure(record["models"], summary, out / "seeds"),
-               "energies": energies_figure(record, runs, out / "energies")}
+    jobs = {"seeds": (seeds_figure, record["models"], summary, out / "seeds"),
+            "energies": (energies_figure, record, runs, out / "energies")}
+    if executor is None:
+        figures = {name: job[0](*job[1:]) for name, job in jobs.items()}
+    else:
+        pending = {name: executor.submit(*job) for name, job in jobs.items()}
+        figures = {name: future.result() for name, future in pending.items()}
     metrics = {"models": record["models"], "seeds": record["seeds"], "level": LEVEL,
                "reference_model": record["models"][0], "metrics": summary,
                "figures": {k: [p.name for p in v] for k, v in figures.items()}}

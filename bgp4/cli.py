@@ -191,7 +191,7 @@ def sample(
     temperature: Optional[float] = typer.Option(None, help="Temperature in K; only for a run that records none."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing samples file made with other settings."),
     refine: Optional[int] = typer.Option(None, "--refine", help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5."),
-    refine_steps: int = typer.Option(_default(_REFINE, "steps"), "--refine-steps", help="MALA/HMC moves per refinement level, after the independence moves (one energy+force evaluation and a backward pass through the flow per leapfrog step); worth adding for a generator whose own draws are rarely accepted."),
+    refine_steps: int = typer.Option(_default(_REFINE, "steps"), "--refine-steps", help="MALA/HMC moves per refinement level, after the independence moves (one energy+force evaluation and a backward pass through the flow per leapfrog step); 0: independence moves alone, at a half to a quarter of the cost, for a generator that covers every state (README: AIS)."),
     refine_independence: int = typer.Option(_default(_REFINE, "independence"), "--refine-independence", help="Independence Metropolis moves per refinement level: fresh draws from the generator, accepted by their weights (one energy evaluation each; forces too when there are MALA/HMC moves); 0: MALA/HMC only."),
     refine_leapfrog: int = typer.Option(_default(_REFINE, "leapfrog"), "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."),
     resample_ess: float = typer.Option(_default(_REFINE, "resample_ess"), "--resample-ess", help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one lineage counted once."),
@@ -224,10 +224,22 @@ def sample(
             f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
             f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
         )
-        rate = refined.get("final_independence_acceptance")
-        if refinement.steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
-            typer.echo(f"note: the generator's own draws were accepted in only {rate:.1%} of the independence moves at "
-                       "the last level, so the samples hardly moved there; --refine-steps 1 adds MALA moves")
+        note = _refine_note(summary.get("reverse_ess"), refined, refinement.steps)
+        if note:
+            typer.echo(f"note: {note}")
+
+
+def _refine_note(raw_ess: float | None, refined: dict, steps: int) -> str | None:
+    """A hint when refinement went wrong in a way the user can fix with the moves."""
+    ess, rate = refined.get("reverse_ess"), refined.get("final_independence_acceptance")
+    if raw_ess is not None and ess is not None and ess < raw_ess:
+        return (f"refinement lowered the reverse ESS ({raw_ess:.3g} -> {ess:.3g}): a few samples carry most of the weight; "
+                + ("--refine-steps 1 adds MALA moves, which keep samples from sticking at rare states" if steps == 0
+                   else "more levels (--refine K) spread it over more moves"))
+    if steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
+        return (f"the generator's own draws were accepted in only {rate:.1%} of the independence moves at the last "
+                "level, so the samples hardly moved there; --refine-steps 1 adds MALA moves")
+    return None
 
 
 @app.command()

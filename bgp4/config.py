@@ -213,7 +213,7 @@ class RefineSettings:
     (1: MALA), SMC threshold."""
 
     levels: int = 0
-    steps: int = 0  # HMC moves per level (after the independence moves)
+    steps: int = 1  # HMC moves per level (after the independence moves)
     leapfrog: int = 1
     independence: int = 1  # independence Metropolis moves per level, before the HMC moves
     resample_ess: float = 0.0  # 0: plain AIS

@@ -14,9 +14,10 @@ accepts it with min(1, exp(b (r(z') - r(z)))): a global jump, so that samples ca
 generator over-covers for what it under-covers (the tail of the raw weights), which local moves
 cannot. HMC has `leapfrog` steps (1 = MALA). Every move costs one evaluation per leapfrog step
 (or proposal) and sample: energy and forces with a backward pass through the flow for HMC, the
-energy alone for independence moves when there are no HMC moves (the default: for the generators
-of README, independence moves alone give the same ESS per evaluation at half to a quarter of the
-cost). HMC step sizes are tuned per level on a separate pilot batch whose samples are discarded, so
+energy alone for independence moves when there are no HMC moves (`steps` 0: half to a quarter of
+the cost, and as good for a generator that covers every state; where it under-covers one, a
+sample that jumps to a rare state of very high r stays there and its weight can dominate, which
+MALA moves prevent: see README). HMC step sizes are tuned per level on a separate pilot batch whose samples are discarded, so
 the main run's kernels are fixed and its weights exact. Optional
 SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
 after which every weight is the mean weight (the normalizer estimate stays unbiased); each
@@ -303,7 +304,7 @@ class _Plan:
     pilot_evals: int
 
 
-def anneal_target(target: Target, n: int, levels: int, steps: int = 0, leapfrog: int = 1,
+def anneal_target(target: Target, n: int, levels: int, steps: int = 1, leapfrog: int = 1,
                   resample_ess: float = 0.0, power: float = 2.0, seed: int = 0, pilot: int = PILOT,
                   z0: Optional[torch.Tensor] = None, independence: int = 1) -> tuple[Chains, _Plan, torch.Tensor]:
     """AIS on any `Target`: tune step sizes on a pilot batch, then anneal n base samples (or z0).
@@ -337,7 +338,7 @@ def _check(levels: int, steps: int, leapfrog: int, resample_ess: float, independ
         raise InputError("--refine-steps and --refine-independence are both 0: the levels would not move")
 
 
-def anneal(generator, energy, n: int, levels: int, steps: int = 0, leapfrog: int = 1, resample_ess: float = 0.0,
+def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int = 1, resample_ess: float = 0.0,
            power: float = 2.0, seed: int = 0, pilot: int = PILOT, independence: int = 1) -> AnnealResult:
     """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc.
 

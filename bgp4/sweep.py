@@ -18,9 +18,9 @@ import dataclasses
 import json
 import os
 import socket
+import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -40,6 +40,8 @@ SWEEP_FILE = "sweep.json"
 RETRIES = 2
 #: Seconds to wait for a scheduler given with --scheduler (the CLI promises an answer within 15 s).
 CONNECT_TIMEOUT_S = 10
+#: Seconds after the runs are submitted at which the client imports what the report needs.
+WARM_UP_AFTER_S = 20
 #: Settings that say how a run is executed, not what it computes: a resumed sweep may change them.
 EXECUTION_ONLY = ("workers",)
 
@@ -156,7 +158,7 @@ def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: in
         base = dataclasses.replace(base, device="cuda" if gpus_per_run > 0 else "cpu")
     if base.device.startswith("cuda") and gpus_per_run <= 0:
         raise InputError("--device cuda needs --gpus-per-run > 0 so that runs are placed on GPU workers")
-    from bgp4.sample import SampleSettings  # torch: imported after the quick checks
+    from bgp4.config import SampleSettings
 
     seeds = tuple(range(n_seeds))
     runs = []
@@ -279,14 +281,10 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
 
     pending = [r for r in plan.runs if not r.done]
     failures: dict[str, str] = {}
-    report: Future | None = None
+    metrics: dict[str, Any] | None = None
     if pending or plan.md is not None:
         size = 0 if scheduler else local_cluster_size(len(pending), plan.runs[0].threads, plan.runs[0].gpus, workers)
-        # the report's imports load while the runs train, and the report is written while the
-        # cluster closes: both would otherwise add to the sweep's idle tail
-        background = ThreadPoolExecutor(1, thread_name_prefix="bgp4-report")
-        background.submit(_import_report_modules)
-        with background, open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
+        with open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
             plan.out.mkdir(parents=True, exist_ok=True)
             (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
             where = scheduler or f"a local cluster of {size} worker process(es), {plan.runs[0].threads} thread(s) per run"
@@ -300,9 +298,17 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
             stop_event = f"bgp4-sweep-stop-{uuid.uuid4().hex}"
             futures = {client.submit(run_task, spec, stop_event, pure=False, retries=RETRIES, resources=resources,
                                      priority=expected_cost(spec)): spec for spec in longest_first(pending)}
-            failures, stopped = _follow(futures, progress, say, tqdm, partial(_ask_to_stop, client, stop_event))
+            # the report's imports load while the runs train (after the workers' own start-up), and
+            # its figures are drawn on the idle workers: both would otherwise add to the idle tail
+            warm = threading.Timer(WARM_UP_AFTER_S, _import_report_modules)
+            warm.daemon = True
+            warm.start()
+            try:
+                failures, stopped = _follow(futures, progress, say, tqdm, partial(_ask_to_stop, client, stop_event))
+            finally:
+                warm.cancel()
             if not stopped and len(failures) < len(plan.runs):
-                report = background.submit(write_sweep_report, plan.out)
+                metrics = write_sweep_report(plan.out, executor=client.get_executor(pure=False))
         if stopped:
             started = sorted(name for name, began in stopped.items() if began)
             queued = sorted(name for name, began in stopped.items() if not began)
@@ -314,17 +320,14 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
     else:
         say(f"all {len(plan.runs)} runs are complete")
         (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
-    metrics: dict[str, Any] = {}
-    if report is not None:
-        metrics = report.result()
-        say(f"report in {plan.out / 'report' / 'report.md'}")
-    elif len(failures) < len(plan.runs):
+    if metrics is None and len(failures) < len(plan.runs):
         metrics = write_sweep_report(plan.out)
+    if metrics is not None:
         say(f"report in {plan.out / 'report' / 'report.md'}")
     if failures:
         listed = "; ".join(f"{name}: {why}" for name, why in sorted(failures.items()))
         raise Bgp4Error(f"{len(failures)} run(s) failed ({listed}); see their log.txt, rerun to retry")
-    return metrics
+    return metrics or {}
 
 
 def _import_report_modules() -> None:

@@ -1,0 +1,103 @@
+"""dF(phi > 0) of long MD with block standard errors, and of reweighted samples against it.
+
+    python run/results/md_reference.py MD.h5 [MD2.h5 ...] [--block-ns 10]
+                                       [--samples RUN/samples-refined.h5 ...] [--bootstrap 1000]
+
+MD: every file's frames are split per replica into contiguous blocks of `--block-ns` ns; P(phi > 0)
+is pooled over all frames, its standard error is that of the block means (blocks weighted by their
+frames), and dF = -ln(P / (1 - P)) in kT with the delta-method error SE_P / (P (1 - P)).
+Samples (`bgp4 sample` files): P and dF reweighted by exp(log_w), with a bootstrap 95 % interval
+over samples (over lineages when the file has `ancestor`, SMC), and the difference from the MD
+reference with its combined standard error (MD blocks and the samples' bootstrap spread).
+Prints `name: value` lines.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bgp4.analysis import backbone_dihedrals, state_free_energy  # noqa: E402
+from bgp4.data import load_trajectory  # noqa: E402
+from bgp4.sample import REFINED_EXTRAS  # noqa: E402
+
+
+def md_blocks(path: Path, block_ns: float) -> tuple[np.ndarray, np.ndarray]:
+    """(P(phi > 0) per block, frames per block) of one MD file, blocks contiguous within a replica."""
+    data = load_trajectory(path, extras=("replica",))
+    s = data.settings
+    frames_per_block = max(1, int(round(block_ns * 1e6 / (s["timestep_fs"] * s["save_every"]))))
+    phi, _ = backbone_dihedrals(data.xyz, data.molecule())
+    positive = phi > 0
+    replica = np.asarray(data.extras.get("replica", np.zeros(len(phi), dtype=int)))
+    shares, sizes = [], []
+    for r in np.unique(replica):
+        mine = positive[replica == r]
+        for start in range(0, len(mine), frames_per_block):
+            block = mine[start:start + frames_per_block]
+            if len(block) >= frames_per_block // 2:  # a short tail block would get a noisy share
+                shares.append(block.mean())
+                sizes.append(len(block))
+    return np.array(shares), np.array(sizes, dtype=float)
+
+
+def weighted_se(shares: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
+    """(pooled mean, its standard error) of block means weighted by block size."""
+    w = sizes / sizes.sum()
+    mean = float(np.sum(w * shares))
+    n_eff = sizes.sum() ** 2 / np.sum(sizes ** 2)
+    var = float(np.sum(w * (shares - mean) ** 2)) * n_eff / max(n_eff - 1, 1)
+    return mean, float(np.sqrt(var / n_eff))
+
+
+def reweighted(path: Path, n_boot: int, seed: int = 0) -> tuple[float, np.ndarray]:
+    """(P(phi > 0) reweighted, bootstrap draws of it) of one samples file."""
+    data = load_trajectory(path, extras=REFINED_EXTRAS)
+    phi, _ = backbone_dihedrals(data.xyz, data.molecule())
+    log_w = np.asarray(data.extras["log_w"], dtype=np.float64)
+    w = np.where(np.isfinite(log_w), np.exp(log_w - np.max(log_w[np.isfinite(log_w)])), 0.0)
+    hit = (phi > 0) & np.isfinite(phi)
+    units = np.asarray(data.extras.get("ancestor", np.arange(len(w))))
+    _, unit = np.unique(units, return_inverse=True)
+    w_unit, hit_unit = np.bincount(unit, weights=w), np.bincount(unit, weights=w * hit)
+    rng = np.random.default_rng(seed)
+    draws = np.empty(n_boot)
+    for b in range(n_boot):
+        pick = rng.integers(0, len(w_unit), len(w_unit))
+        draws[b] = hit_unit[pick].sum() / w_unit[pick].sum()
+    return float(hit_unit.sum() / w_unit.sum()), draws
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("md", type=Path, nargs="+", help="MD files (bgp4 simulate)")
+    parser.add_argument("--block-ns", type=float, default=10.0)
+    parser.add_argument("--samples", type=Path, nargs="*", default=[])
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    a = parser.parse_args()
+    shares, sizes = [], []
+    for path in a.md:
+        s, n = md_blocks(path, a.block_ns)
+        p, se = weighted_se(s, n)
+        print(f"md {path}: frames {int(n.sum())}  blocks {len(s)} of {a.block_ns:g} ns  P(phi>0) {p:.4f} +- {se:.4f}"
+              f"  dF {state_free_energy(p):.3f} +- {se / (p * (1 - p)):.3f} kT  block range {s.min():.3f}..{s.max():.3f}")
+        shares.append(s)
+        sizes.append(n)
+    p_md, se_md = weighted_se(np.concatenate(shares), np.concatenate(sizes))
+    df_md, df_se = state_free_energy(p_md), se_md / (p_md * (1 - p_md))
+    print(f"md pooled: blocks {sum(len(s) for s in shares)}  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT")
+    for path in a.samples:
+        p, draws = reweighted(path, a.bootstrap)
+        df, df_draws = state_free_energy(p), np.array([state_free_energy(d) for d in draws])
+        low, high = np.percentile(df_draws, [2.5, 97.5])
+        diff, se = df - df_md, float(np.hypot(np.std(df_draws), df_se))
+        print(f"samples {path}: P(phi>0) {p:.4f}  dF {df:.3f} [{low:.3f}, {high:.3f}] kT  minus MD {diff:+.3f} +- {se:.3f} kT"
+              f"  within 0.05 kT: {'yes' if abs(diff) <= 0.05 else 'no'}")
+
+
+if __name__ == "__main__":
+    main()
