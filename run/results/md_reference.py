@@ -1,11 +1,13 @@
 """dF(phi > 0) of long MD with block standard errors, and of reweighted samples against it.
 
-    python run/results/md_reference.py MD.h5 [MD2.h5 ...] [--block-ns 10]
+    python run/results/md_reference.py MD.h5 [MD2.h5 | OUT.h5.partial ...] [--block-ns 10]
                                        [--samples RUN/samples-refined.h5 ...] [--bootstrap 1000]
 
 MD: every file's frames are split per replica into contiguous blocks of `--block-ns` ns; P(phi > 0)
-is pooled over all frames, its standard error is that of the block means (blocks weighted by their
-frames), and dF = -ln(P / (1 - P)) in kT with the delta-method error SE_P / (P (1 - P)).
+is pooled over simulated time, its standard error is that of the block means (blocks weighted by their
+length), and dF = -ln(P / (1 - P)) in kT with the delta-method error SE_P / (P (1 - P)). A
+`<out>.partial` directory of a `bgp4 simulate` still running counts with the whole frames its
+replicas have written so far.
 Samples (`bgp4 sample` files): P and dF reweighted by exp(log_w), with a bootstrap 95 % interval
 over samples (over lineages when the file has `ancestor`, SMC), and the difference from the MD
 reference with its combined standard error (MD blocks and the samples' bootstrap spread).
@@ -14,6 +16,7 @@ Prints `name: value` lines.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -23,17 +26,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bgp4.analysis import backbone_dihedrals, state_free_energy  # noqa: E402
 from bgp4.data import load_trajectory  # noqa: E402
+from bgp4.md import FRAMES_FILE, record_dtype  # noqa: E402
+from bgp4.molecule import get_molecule  # noqa: E402
 from bgp4.sample import REFINED_EXTRAS  # noqa: E402
 
 
-def md_blocks(path: Path, block_ns: float) -> tuple[np.ndarray, np.ndarray]:
-    """(P(phi > 0) per block, frames per block) of one MD file, blocks contiguous within a replica."""
+def _frames(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(xyz (n, atoms, 3) nm, replica (n,), settings) of an MD file or of a running simulation's
+    `.partial` directory (the whole records each replica has written so far)."""
+    if path.is_dir():
+        settings = json.loads((path / "settings.json").read_text())
+        molecule = get_molecule(settings["molecule"])
+        record = record_dtype(molecule.n_atoms)
+        parts = [np.fromfile(path / FRAMES_FILE.format(r), dtype=record,
+                             count=(path / FRAMES_FILE.format(r)).stat().st_size // record.itemsize)
+                 for r in range(settings["replicas"])]
+        return (np.concatenate([p["xyz"] for p in parts]),
+                np.repeat(np.arange(len(parts)), [len(p) for p in parts]), settings)
     data = load_trajectory(path, extras=("replica",))
-    s = data.settings
-    frames_per_block = max(1, int(round(block_ns * 1e6 / (s["timestep_fs"] * s["save_every"]))))
-    phi, _ = backbone_dihedrals(data.xyz, data.molecule())
+    replica = data.extras.get("replica", np.zeros(data.n_frames, dtype=int))
+    return data.xyz, np.asarray(replica), data.settings
+
+
+def md_blocks(path: Path, block_ns: float) -> tuple[np.ndarray, np.ndarray]:
+    """(P(phi > 0) per block, ns per block) of one MD file, blocks contiguous within a replica.
+    Blocks are weighed by simulated time, so files saved at other intervals pool correctly."""
+    xyz, replica, s = _frames(path)
+    frame_ns = s["timestep_fs"] * s["save_every"] * 1e-6
+    frames_per_block = max(1, int(round(block_ns / frame_ns)))
+    phi, _ = backbone_dihedrals(xyz, get_molecule(s["molecule"]))
     positive = phi > 0
-    replica = np.asarray(data.extras.get("replica", np.zeros(len(phi), dtype=int)))
     shares, sizes = [], []
     for r in np.unique(replica):
         mine = positive[replica == r]
@@ -41,12 +63,12 @@ def md_blocks(path: Path, block_ns: float) -> tuple[np.ndarray, np.ndarray]:
             block = mine[start:start + frames_per_block]
             if len(block) >= frames_per_block // 2:  # a short tail block would get a noisy share
                 shares.append(block.mean())
-                sizes.append(len(block))
+                sizes.append(len(block) * frame_ns)
     return np.array(shares), np.array(sizes, dtype=float)
 
 
 def weighted_se(shares: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
-    """(pooled mean, its standard error) of block means weighted by block size."""
+    """(pooled mean, its standard error) of block means weighted by block length."""
     w = sizes / sizes.sum()
     mean = float(np.sum(w * shares))
     n_eff = sizes.sum() ** 2 / np.sum(sizes ** 2)
@@ -83,13 +105,13 @@ def main() -> None:
     for path in a.md:
         s, n = md_blocks(path, a.block_ns)
         p, se = weighted_se(s, n)
-        print(f"md {path}: frames {int(n.sum())}  blocks {len(s)} of {a.block_ns:g} ns  P(phi>0) {p:.4f} +- {se:.4f}"
+        print(f"md {path}: {n.sum():.0f} ns  blocks {len(s)} of {a.block_ns:g} ns  P(phi>0) {p:.4f} +- {se:.4f}"
               f"  dF {state_free_energy(p):.3f} +- {se / (p * (1 - p)):.3f} kT  block range {s.min():.3f}..{s.max():.3f}")
         shares.append(s)
         sizes.append(n)
     p_md, se_md = weighted_se(np.concatenate(shares), np.concatenate(sizes))
     df_md, df_se = state_free_energy(p_md), se_md / (p_md * (1 - p_md))
-    print(f"md pooled: blocks {sum(len(s) for s in shares)}  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT")
+    print(f"md pooled: {sum(n.sum() for n in sizes):.0f} ns  blocks {sum(len(s) for s in shares)}  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT")
     for path in a.samples:
         p, draws = reweighted(path, a.bootstrap)
         df, df_draws = state_free_energy(p), np.array([state_free_energy(d) for d in draws])
