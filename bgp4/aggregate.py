@@ -23,6 +23,8 @@ from bgp4.errors import InputError
 __all__ = ["t_interval", "paired_difference", "summarize_sweep", "write_sweep_report", "LEVEL"]
 
 LEVEL = 0.95
+#: Seconds to wait for figures drawn through an executor before drawing them locally instead.
+FIGURE_TIMEOUT_S = 300
 #: Display order and labels of the metrics bgp4's analysis is known to write; others follow by name.
 KNOWN: dict[str, str] = {
     "energy_shift_kT": "energy shift vs MD (kT)",
@@ -299,11 +301,15 @@ def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: in
     out.mkdir(parents=True, exist_ok=True)
     jobs = {"seeds": (seeds_figure, record["models"], summary, out / "seeds"),
             "energies": (energies_figure, record, runs, out / "energies")}
-    if executor is None:
+    figures = {}
+    if executor is not None:
+        try:
+            pending = {name: executor.submit(*job) for name, job in jobs.items()}
+            figures = {name: future.result(timeout=FIGURE_TIMEOUT_S) for name, future in pending.items()}
+        except Exception:  # noqa: BLE001 - a worker that died or cannot see the directory: draw them here
+            figures = {}
+    if not figures:
         figures = {name: job[0](*job[1:]) for name, job in jobs.items()}
-    else:
-        pending = {name: executor.submit(*job) for name, job in jobs.items()}
-        figures = {name: future.result() for name, future in pending.items()}
     metrics = {"models": record["models"], "seeds": record["seeds"], "level": LEVEL,
                "reference_model": record["models"][0], "metrics": summary,
                "figures": {k: [p.name for p in v] for k, v in figures.items()}}

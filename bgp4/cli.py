@@ -231,8 +231,10 @@ def sample(
 
 def _refine_note(raw_ess: float | None, refined: dict, steps: int) -> str | None:
     """A hint when refinement went wrong in a way the user can fix with the moves."""
-    ess, rate = refined.get("reverse_ess"), refined.get("final_independence_acceptance")
-    if raw_ess is not None and ess is not None and ess < raw_ess:
+    # with SMC resampling the copies of one lineage count once; a margin keeps noise from triggering it
+    ess = refined.get("lineage_ess", refined.get("reverse_ess"))
+    rate = refined.get("final_independence_acceptance")
+    if raw_ess is not None and ess is not None and ess < 0.8 * raw_ess:
         return (f"refinement lowered the reverse ESS ({raw_ess:.3g} -> {ess:.3g}): a few samples carry most of the weight; "
                 + ("--refine-steps 1 adds MALA moves, which keep samples from sticking at rare states" if steps == 0
                    else "more levels (--refine K) spread it over more moves"))

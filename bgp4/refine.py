@@ -148,6 +148,8 @@ def _wrap(z: torch.Tensor, circular: Optional[torch.Tensor]) -> torch.Tensor:
 
 def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, gen: torch.Generator) -> float:
     """One HMC move (L leapfrog steps, L = 1: MALA) of every live sample at g_b; returns the mean acceptance."""
+    if c.grad_ratio is None:
+        raise ValueError("these chains keep no gradients (started with steps=0): start them with steps > 0 for HMC moves")
     idx = c.live_rows()
     if len(idx) == 0:
         return math.nan
@@ -252,7 +254,7 @@ def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int
         return sizes, 0
     gen = torch.Generator().manual_seed(int(seed))
     # at least three moves per level, so that the size can settle even when steps is 1 or 2
-    pilot_steps = max(steps, 3) if steps else 0
+    pilot_steps = max(steps, 3)
     c = start(target, target.sample_base(n, generator=gen), levels, pilot_steps)
     run_levels(target, c, betas, sizes, pilot_steps, leapfrog, gen, adapt=True,
                independence=independence)
@@ -262,7 +264,8 @@ def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int
 class AnnealResult(NamedTuple):
     """Result of `anneal`: x (n, n_atoms, 3) nm, z (n, d), log_w (n,) AIS log weights, u (n,) kT,
     log_q (n,) of the final x, ok (n,) in-domain, raw_log_w (n,) of the starting samples,
-    betas (K + 2,), step_sizes (K,), acceptance (K,), n_evals (energy+force evaluations, pilot included),
+    betas (K + 2,), step_sizes (K,), acceptance (K,), n_evals (evaluations, pilot included;
+    energy only where there are no HMC moves),
     ancestor (n,): the starting sample of each sample's lineage (SMC resampling copies samples),
     independence_acceptance (K,): of the independence moves (nan without them)."""
 
@@ -343,7 +346,7 @@ def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int
     """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc.
 
     Per level: `independence` independence Metropolis moves (one energy evaluation per sample
-    each, no gradient), then `steps` HMC moves of `leapfrog` steps each (1: MALA; one
+    each; gradients too only when there are HMC moves), then `steps` HMC moves of `leapfrog` steps each (1: MALA; one
     energy+force evaluation and a backward pass through the flow per leapfrog step).
     """
     target = GeneratorTarget(generator, energy)

@@ -331,11 +331,12 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
 
 
 def _import_report_modules() -> None:
-    """Import what the aggregate report needs (matplotlib, scipy.stats: a few seconds)."""
+    """Import what the aggregate report needs (matplotlib, scipy.stats, torch: a few seconds)."""
     import scipy.stats  # noqa: F401
 
     import bgp4.plots  # noqa: F401
     import bgp4.report  # noqa: F401
+    import bgp4.sample  # noqa: F401
 
 
 def _ask_to_stop(client: Any, event: str) -> None:

@@ -11,7 +11,7 @@ from scipy.special import logsumexp, softmax
 from typer.testing import CliRunner
 
 from bgp4.errors import InputError
-from bgp4.refine import Chains, FunctionTarget, anneal_target, kish_ess, run_levels, schedule, start
+from bgp4.refine import Chains, FunctionTarget, _hmc_step, anneal_target, kish_ess, run_levels, schedule, start
 from bgp4.weights import lineage_ess
 
 LOG_Z = math.log(5.0)  # the toy target's normalizer
@@ -75,6 +75,9 @@ def test_independence_moves_keep_the_weights_exact():
     # independence moves alone (no MALA): the kernel itself must leave every g_b invariant
     chains, _, _ = anneal_target(target, 4000, 10, steps=0, seed=4, pilot=300, independence=2)
     assert chains.n_evals == 4000 * (1 + 2 * 10)  # one base evaluation, then one per proposal
+    assert chains.grad_ratio is None and chains.grad_base is None  # no HMC moves: no gradient is taken
+    with pytest.raises(ValueError, match="keep no gradients"):
+        _hmc_step(target, chains, 1.0, 0.1, 1, torch.Generator().manual_seed(0))
     rates = chains.independence_acceptance
     assert np.all((rates > 0.0) & (rates < 1.0)) and rates[0] > rates[-1]  # fresh draws fit g_b less as b grows
     lo, hi = _bootstrap(_log_z, chains.log_w)
@@ -389,6 +392,9 @@ def test_refine_note_names_the_fix():
 
     fine = {"reverse_ess": 0.9, "final_independence_acceptance": 0.6}
     assert _refine_note(0.5, fine, steps=0) is None and _refine_note(None, fine, steps=1) is None
+    assert _refine_note(0.9, {"reverse_ess": 0.85}, steps=0) is None  # within noise of the raw ESS
+    smc = {"reverse_ess": 0.9, "lineage_ess": 0.05}  # resampling evened the weights, the lineages collapsed
+    assert "--refine-steps 1" in _refine_note(0.5, smc, steps=0)
     worse = {"reverse_ess": 0.002, "final_independence_acceptance": 0.6}
     assert "--refine-steps 1" in _refine_note(0.17, worse, steps=0)
     assert "more levels" in _refine_note(0.17, worse, steps=1)

@@ -201,6 +201,27 @@ def test_tiny_sweep_writes_runs_and_a_report_over_seeds(tiny_sweep):
 
 
 @pytest.mark.slow
+def test_report_figures_drawn_elsewhere_or_here_when_that_fails(tiny_sweep):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bgp4.aggregate import write_sweep_report
+
+    class Broken(ThreadPoolExecutor):  # a worker that cannot draw them (died, or sees no directory)
+        def submit(self, *args, **kwargs):
+            raise OSError("worker lost")
+
+    out, _ = tiny_sweep
+    figure = out / "report" / "seeds.png"
+    with ThreadPoolExecutor(2) as pool:
+        drawn = write_sweep_report(out, executor=pool)
+    assert drawn["figures"] == {"seeds": ["seeds.png", "seeds.pdf"], "energies": ["energies.png", "energies.pdf"]}
+    figure.unlink()
+    with Broken(1) as broken:
+        assert write_sweep_report(out, executor=broken)["metrics"] == drawn["metrics"]
+    assert figure.stat().st_size > 0
+
+
+@pytest.mark.slow
 def test_rerun_skips_every_finished_run(tiny_sweep, data_file):
     out, _ = tiny_sweep
     models = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -38,9 +39,10 @@ def _frames(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
         settings = json.loads((path / "settings.json").read_text())
         molecule = get_molecule(settings["molecule"])
         record = record_dtype(molecule.n_atoms)
-        parts = [np.fromfile(path / FRAMES_FILE.format(r), dtype=record,
-                             count=(path / FRAMES_FILE.format(r)).stat().st_size // record.itemsize)
-                 for r in range(settings["replicas"])]
+        files = [path / FRAMES_FILE.format(r) for r in range(settings["replicas"])]
+        # a replica still equilibrating has no frames file yet
+        parts = [np.fromfile(f, dtype=record, count=f.stat().st_size // record.itemsize) if f.exists()
+                 else np.zeros(0, dtype=record) for f in files]
         return (np.concatenate([p["xyz"] for p in parts]),
                 np.repeat(np.arange(len(parts)), [len(p) for p in parts]), settings)
     data = load_trajectory(path, extras=("replica",))
@@ -68,12 +70,19 @@ def md_blocks(path: Path, block_ns: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def weighted_se(shares: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
-    """(pooled mean, its standard error) of block means weighted by block length."""
+    """(pooled mean, its standard error) of block means weighted by block length; the error is
+    nan with fewer than two blocks (block variance taken proportional to 1 / length)."""
+    if len(shares) < 2:
+        return (float(shares[0]) if len(shares) else math.nan), math.nan
     w = sizes / sizes.sum()
     mean = float(np.sum(w * shares))
-    n_eff = sizes.sum() ** 2 / np.sum(sizes ** 2)
-    var = float(np.sum(w * (shares - mean) ** 2)) * n_eff / max(n_eff - 1, 1)
-    return mean, float(np.sqrt(var / n_eff))
+    var = float(np.sum(w * (shares - mean) ** 2)) / (len(shares) - 1)
+    return mean, float(np.sqrt(var))
+
+
+def df_error(p: float, se: float) -> float:
+    """Standard error of dF = -ln(P / (1 - P)) by the delta method (nan at P = 0 or 1)."""
+    return se / (p * (1 - p)) if 0 < p < 1 else math.nan
 
 
 def reweighted(path: Path, n_boot: int, seed: int = 0) -> tuple[float, np.ndarray]:
@@ -104,21 +113,28 @@ def main() -> None:
     shares, sizes = [], []
     for path in a.md:
         s, n = md_blocks(path, a.block_ns)
+        if not len(s):
+            print(f"md {path}: no complete block of {a.block_ns:g} ns yet, left out")
+            continue
         p, se = weighted_se(s, n)
         print(f"md {path}: {n.sum():.0f} ns  blocks {len(s)} of {a.block_ns:g} ns  P(phi>0) {p:.4f} +- {se:.4f}"
-              f"  dF {state_free_energy(p):.3f} +- {se / (p * (1 - p)):.3f} kT  block range {s.min():.3f}..{s.max():.3f}")
+              f"  dF {state_free_energy(p):.3f} +- {df_error(p, se):.3f} kT  block range {s.min():.3f}..{s.max():.3f}")
         shares.append(s)
         sizes.append(n)
+    if not shares:
+        raise SystemExit("no MD block to compare with")
     p_md, se_md = weighted_se(np.concatenate(shares), np.concatenate(sizes))
-    df_md, df_se = state_free_energy(p_md), se_md / (p_md * (1 - p_md))
+    df_md, df_se = state_free_energy(p_md), df_error(p_md, se_md)
     print(f"md pooled: {sum(n.sum() for n in sizes):.0f} ns  blocks {sum(len(s) for s in shares)}  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT")
     for path in a.samples:
         p, draws = reweighted(path, a.bootstrap)
         df, df_draws = state_free_energy(p), np.array([state_free_energy(d) for d in draws])
-        low, high = np.percentile(df_draws, [2.5, 97.5])
-        diff, se = df - df_md, float(np.hypot(np.std(df_draws), df_se))
+        finite = np.isfinite(df_draws)  # a draw without any weighted phi > 0 sample has dF = inf
+        low, high = np.percentile(df_draws[finite], [2.5, 97.5]) if finite.any() else (math.nan, math.nan)
+        diff, se = df - df_md, float(np.hypot(np.std(df_draws[finite]), df_se)) if finite.any() else math.nan
         print(f"samples {path}: P(phi>0) {p:.4f}  dF {df:.3f} [{low:.3f}, {high:.3f}] kT  minus MD {diff:+.3f} +- {se:.3f} kT"
-              f"  within 0.05 kT: {'yes' if abs(diff) <= 0.05 else 'no'}")
+              f"  within 0.05 kT: {'yes' if abs(diff) <= 0.05 else 'no'}"
+              + (f"  ({(~finite).sum()} of {len(finite)} bootstrap draws without phi > 0, left out)" if not finite.all() else ""))
 
 
 if __name__ == "__main__":
