@@ -276,6 +276,18 @@ def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, 
     return plots.energy_violins(columns, low, path, threshold=threshold)
 
 
+def _draw(jobs: dict[str, tuple], executor: Executor | None) -> dict[str, list[Path]]:
+    """Run each figure job (function, *args): through `executor` when given, side by side, else
+    (or when that fails: a worker that died or cannot see the directory) here, one after the other."""
+    if executor is not None:
+        try:
+            pending = {name: executor.submit(*job) for name, job in jobs.items()}
+            return {name: future.result(timeout=FIGURE_TIMEOUT_S) for name, future in pending.items()}
+        except Exception:  # noqa: BLE001 - drawn here instead
+            pass
+    return {name: function(*args) for name, (function, *args) in jobs.items()}
+
+
 def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: int = 0,
                        executor: Executor | None = None) -> dict[str, Any]:
     """Aggregate the runs of a sweep into `<sweep_dir>/report/`; returns the metrics written.
@@ -299,17 +311,8 @@ def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: in
     summary = summarize_sweep(record["models"], runs)
     out = sweep_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    jobs = {"seeds": (seeds_figure, record["models"], summary, out / "seeds"),
-            "energies": (energies_figure, record, runs, out / "energies")}
-    figures = {}
-    if executor is not None:
-        try:
-            pending = {name: executor.submit(*job) for name, job in jobs.items()}
-            figures = {name: future.result(timeout=FIGURE_TIMEOUT_S) for name, future in pending.items()}
-        except Exception:  # noqa: BLE001 - a worker that died or cannot see the directory: draw them here
-            figures = {}
-    if not figures:
-        figures = {name: job[0](*job[1:]) for name, job in jobs.items()}
+    figures = _draw({"seeds": (seeds_figure, record["models"], summary, out / "seeds"),
+                     "energies": (energies_figure, record, runs, out / "energies")}, executor)
     metrics = {"models": record["models"], "seeds": record["seeds"], "level": LEVEL,
                "reference_model": record["models"][0], "metrics": summary,
                "figures": {k: [p.name for p in v] for k, v in figures.items()}}

@@ -17,8 +17,8 @@ cannot. HMC has `leapfrog` steps (1 = MALA). Every move costs one evaluation per
 energy alone for independence moves when there are no HMC moves (`steps` 0: half to a quarter of
 the cost, and as good for a generator that covers every state; where it under-covers one, a
 sample that jumps to a rare state of very high r stays there and its weight can dominate, which
-MALA moves prevent: see README). HMC step sizes are tuned per level on a separate pilot batch whose samples are discarded, so
-the main run's kernels are fixed and its weights exact. Optional
+MALA moves prevent: see README). HMC step sizes are tuned per level on a separate pilot batch
+whose samples are discarded, so the main run's kernels are fixed and its weights exact. Optional
 SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
 after which every weight is the mean weight (the normalizer estimate stays unbiased); each
 sample's `ancestor` (the starting sample its lineage began with) is carried along, so that the ESS
@@ -346,8 +346,9 @@ def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int
     """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc.
 
     Per level: `independence` independence Metropolis moves (one energy evaluation per sample
-    each; gradients too only when there are HMC moves), then `steps` HMC moves of `leapfrog` steps each (1: MALA; one
-    energy+force evaluation and a backward pass through the flow per leapfrog step).
+    each; gradients too only when there are HMC moves), then `steps` HMC moves of `leapfrog`
+    steps each (1: MALA; one energy+force evaluation and a backward pass through the flow per
+    leapfrog step).
     """
     target = GeneratorTarget(generator, energy)
     c, plan, raw = anneal_target(target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot,

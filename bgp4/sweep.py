@@ -320,7 +320,6 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
     else:
         say(f"all {len(plan.runs)} runs are complete")
         (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
-    if metrics is None and len(failures) < len(plan.runs):
         metrics = write_sweep_report(plan.out)
     if metrics is not None:
         say(f"report in {plan.out / 'report' / 'report.md'}")
