@@ -112,3 +112,25 @@ class RunDirectory:
         """Drop records written after global step `step` (they are redone after a resume)."""
         kept = [r for r in self.records() if r.get("global_step", 0) <= step]
         atomic_write(self.file(METRICS), "".join(json.dumps(r) + "\n" for r in kept))
+
+
+# what a run started from another (--init) must share with it: the architecture, and the data and
+# split, so that the test frames stay unseen and the fitted coordinate transform stays valid
+INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "seed", "test_fraction")
+
+
+def check_init(init: str | Path, record: dict[str, Any]) -> None:
+    """Refuse (InputError) to start the run with settings `record` from the run directory `init`
+    unless that run is finished and has the same architecture, data and train/test split."""
+    from bgp4.config import same_data
+
+    source = RunDirectory(init)
+    if not source.complete or not source.file(MODEL).is_file():
+        raise InputError(f"--init {init}: not a finished bgp4 training run (no complete.json or model.pt)")
+    previous = source.settings()
+    differ = [k for k in INIT_MUST_MATCH if previous.get(k) != record.get(k)]
+    if not same_data(previous, record):
+        differ.insert(0, "data")
+    if differ:
+        raise InputError(f"--init {init} was trained with another {', '.join(differ)}; "
+                         "a run can only start from one with the same architecture, data and split")

@@ -5,41 +5,32 @@ Layout of a sweep directory DIR:
 directory with `samples.h5`, its own `report/` from `bgp4 analyze`, `log.txt` and `sweep-done.json`),
 and `report/` (the aggregate over seeds, see `bgp4.aggregate`).
 
-A task trains, samples and analyzes one run. Train and sample resume from what is on disk, so a
-task that is run again (a worker died, the sweep command was killed) continues where the last
-copy stopped. A lock file in the run directory (`run.lock`, an OS lock the kernel drops when its
+A run's training is handed to the workers in parts, and a last task samples and analyzes it
+(`bgp4.dispatch`). Every task resumes from what is on disk, so a task that is run again (a worker
+died, the sweep command was killed) continues where the last copy stopped. A lock file in the run directory (`run.lock`, an OS lock the kernel drops when its
 process dies) keeps two copies of the same task from writing at once: a copy still running on a
 worker the scheduler gave up on is waited for, never raced.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import socket
 import threading
-import time
 import uuid
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from bgp4._stop import StopRequest
+from bgp4.cluster import local_cluster_size, open_client
 from bgp4.config import MODELS, TrainSettings
+from bgp4.dispatch import RETRIES, Dispatch
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.sweep_tasks import DONE_FILE, IgnoreInterrupts, run_task, simulate_task
+from bgp4.sweep_tasks import DONE_FILE, simulate_task
 
-__all__ = ["RunSpec", "SweepPlan", "plan_sweep", "run_sweep", "run_task", "simulate_task", "open_client",
-           "SWEEP_FILE", "DONE_FILE"]
+__all__ = ["RunSpec", "SweepPlan", "plan_sweep", "run_sweep", "SWEEP_FILE", "DONE_FILE"]
 
 SWEEP_FILE = "sweep.json"
-#: Retries of a task that raised; a task whose worker died is rescheduled by the scheduler
-#: (`distributed.scheduler.allowed-failures`, 3 by default) and resumes from its checkpoint.
-RETRIES = 2
-#: Seconds to wait for a scheduler given with --scheduler (the CLI promises an answer within 15 s).
-CONNECT_TIMEOUT_S = 10
 #: Seconds after the runs are submitted at which the client imports what the report needs.
 WARM_UP_AFTER_S = 20
 #: Settings that say how a run is executed, not what it computes: a resumed sweep may change them.
@@ -97,23 +88,6 @@ def _without_execution(settings: dict[str, Any]) -> dict[str, Any]:
 
 def run_name(model: str, seed: int) -> str:
     return f"{model}-s{seed}"
-
-
-#: Rough cost of one training step per frame of the batch, relative to rnvp (CPU step times of
-#: README's tables); only the order of the tasks depends on it.
-STEP_COST = {"rnvp": 1.0, "p4inv": 1.6, "spline": 6.0, "spline-p4inv": 6.5}
-
-
-def expected_cost(spec: RunSpec) -> int:
-    """A run's expected cost in rnvp-step-frames (energy steps count 3x: sampling and OpenMM)."""
-    t = spec.train
-    steps = t["steps"] + 3 * t["energy_steps"]
-    return int(steps * t["batch"] * STEP_COST.get(spec.model, 1.0))
-
-
-def longest_first(specs: list[RunSpec]) -> list[RunSpec]:
-    """`specs` by expected cost, largest first (stable: equal costs keep their order)."""
-    return sorted(specs, key=expected_cost, reverse=True)
 
 
 def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: int, base: TrainSettings,
@@ -196,87 +170,12 @@ def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any
 # --------------------------------------------------------------------------- the client side
 
 
-def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, workers: int | None) -> int:
-    """Workers of the default local cluster: one run each, workers x threads <= cores (and GPUs)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    size = max(1, cores // threads_per_run)
-    if gpus_per_run > 0:
-        import torch
-
-        gpus = torch.cuda.device_count()
-        if gpus == 0:
-            raise InputError("--gpus-per-run asks for GPUs, but torch sees none on this machine")
-        size = min(size, max(1, int(gpus / gpus_per_run)))
-    return max(1, workers if workers else min(size, n_tasks))
-
-
-def _reachable(address: str) -> None:
-    """Fail at once where nothing listens at a tcp:// address (Dask itself retries until its timeout)."""
-    from urllib.parse import urlsplit
-
-    if not address.startswith("tcp://"):
-        return
-    parts = urlsplit(address)
-    with socket.create_connection((parts.hostname, parts.port or 8786), timeout=CONNECT_TIMEOUT_S):
-        pass
-
-
-@contextlib.contextmanager
-def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0) -> Iterator[Any]:
-    """A `distributed.Client`: on `scheduler`, or on a new LocalCluster of `n_workers` processes."""
-    import logging
-
-    import dask
-    from distributed import Client, LocalCluster
-
-    if scheduler:
-        try:
-            _reachable(scheduler)
-            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
-        except Exception as error:  # noqa: BLE001 - refused, timed out, or something that is not a scheduler
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise InputError(f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})") from None
-        with client:
-            if gpus_per_run > 0:
-                offered = [w.get("resources", {}).get("GPU", 0) for w in client.scheduler_info()["workers"].values()]
-                if offered and max(offered) < gpus_per_run:
-                    raise InputError(f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1")
-            yield client
-        return
-    resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
-    # no memory limit: a worker holds one run, and a nanny restart for memory would only repeat it
-    # saturation 1.0: a worker holds only the run it is on; the rest wait on the scheduler, where
-    # the priorities (longest first) choose the next one (Dask's default 1.1 hands each worker two)
-    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}), \
-            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                         silence_logs=logging.CRITICAL, memory_limit=0, resources=resources) as cluster, \
-            Client(cluster) as client:
-        register = getattr(client, "register_plugin", None) or client.register_worker_plugin  # distributed < 2023.9
-        register(IgnoreInterrupts())
-        yield client
-
-
-def _progress_of(spec: RunSpec) -> str | None:
-    """`name step/total` of a run that is training (from its metrics log), else None."""
-    path = Path(spec.path) / "metrics.jsonl"
-    if not path.exists() or (Path(spec.path) / "complete.json").exists():
-        return None
-    lines = path.read_text().strip().splitlines()
-    try:
-        step = json.loads(lines[-1]).get("global_step", 0) if lines else 0
-    except ValueError:  # a line being written
-        return None
-    return f"{spec.name} {step}/{spec.train['steps'] + spec.train['energy_steps']}"
-
-
 def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None = None, progress: bool = True,
               say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every unfinished run of `plan` on Dask, then write the aggregate report; returns its metrics.
 
     Raises Bgp4Error after the report if some runs failed even after their retries.
     """
-    from tqdm.auto import tqdm
-
     from bgp4.aggregate import write_sweep_report
 
     pending = [r for r in plan.runs if not r.done]
@@ -289,22 +188,17 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
             (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
             where = scheduler or f"a local cluster of {size} worker process(es), {plan.runs[0].threads} thread(s) per run"
             say(f"{len(pending)} of {len(plan.runs)} runs to do on {where}")
-            if plan.md is not None and not plan.data.exists():
+            if plan.md is not None and not plan.data.exists():  # one task, simulate's own replicas
                 say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
                 client.submit(simulate_task, str(plan.data), plan.md, pure=False, retries=RETRIES).result()
-            resources = {"GPU": plan.runs[0].gpus} if plan.runs[0].gpus > 0 else None
-            # longest first: the last tasks decide how long the cores sit idle at the end. Submitted
-            # in that order too: a worker may be handed its next task before the later ones arrive
-            stop_event = f"bgp4-sweep-stop-{uuid.uuid4().hex}"
-            futures = {client.submit(run_task, spec, stop_event, pure=False, retries=RETRIES, resources=resources,
-                                     priority=expected_cost(spec)): spec for spec in longest_first(pending)}
             # the report's imports load while the runs train (after the workers' own start-up), and
             # its figures are drawn on the idle workers: both would otherwise add to the idle tail
             warm = threading.Timer(WARM_UP_AFTER_S, _import_report_modules)
             warm.daemon = True
             warm.start()
+            stop_event = f"bgp4-sweep-stop-{uuid.uuid4().hex}"
             try:
-                failures, stopped = _follow(futures, progress, say, tqdm, partial(_ask_to_stop, client, stop_event))
+                failures, stopped = Dispatch(client, pending, stop_event).follow(progress, partial(_ask_to_stop, client, stop_event))
             finally:
                 warm.cancel()
             if not stopped and len(failures) < len(plan.runs):
@@ -347,53 +241,3 @@ def _ask_to_stop(client: Any, event: str) -> None:
         Event(event, client=client).set()
     except Exception:  # noqa: BLE001 - the scheduler is gone: nobody is left to stop gracefully
         raise KeyboardInterrupt from None
-
-
-def _follow(futures: dict[Any, RunSpec], progress: bool, say: Callable[[str], None], tqdm: Any,
-            ask_to_stop: Callable[[], None]) -> tuple[dict[str, str], dict[str, bool]]:
-    """One bar over runs, with the step of each training run; returns (failed run -> reason,
-    stopped run -> whether it had started). The first Ctrl-C or SIGTERM calls `ask_to_stop` and
-    waits for the tasks to save their checkpoints; a second one stops at once."""
-    from distributed import as_completed
-
-    failures: dict[str, str] = {}
-    stopped: dict[str, bool] = {}
-    running = dict(futures)
-    queue = as_completed(list(futures))
-    shown = ""
-    request, asked = StopRequest(), False
-    try:
-        with tqdm(total=len(futures), desc="runs", unit="run", disable=not progress) as bar:
-            while not queue.is_empty():
-                if request.requested and not asked:
-                    ask_to_stop()
-                    asked = True
-                    bar.write("stopping: training runs save a checkpoint at their next step, runs that sample or "
-                              "analyze finish that stage first (interrupt again to stop at once)")
-                for future in queue.next_batch(block=False):
-                    _settle(future, running.pop(future), failures, stopped, bar)
-                    bar.update(1)
-                steps = ", ".join([s for s in (_progress_of(spec) for spec in running.values()) if s][:4])
-                if steps != shown:
-                    bar.set_postfix_str(shown := steps, refresh=True)
-                time.sleep(0.5)
-    finally:
-        request.restore()
-    return failures, stopped
-
-
-def _settle(future: Any, spec: RunSpec, failures: dict[str, str], stopped: dict[str, bool], bar: Any) -> None:
-    """Record one finished task: failed (with the first line of why), stopped, or done."""
-    if future.status == "error":
-        error = future.exception()
-        failures[spec.name] = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        bar.write(f"{spec.name}: failed ({failures[spec.name]})")
-        return
-    result = future.result()
-    if result.get("stopped"):
-        stopped[spec.name] = bool(result.get("started", True))
-    elif "error" in result:
-        failures[spec.name] = result["error"]
-        bar.write(f"{spec.name}: failed ({failures[spec.name]})")
-    else:
-        bar.write(f"{spec.name}: {'trained' if result['trained'] else 'resumed complete'}, {result['wall_s']:.0f} s")

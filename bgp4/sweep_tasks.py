@@ -1,8 +1,15 @@
-"""What a sweep's Dask workers run: one (model, seed) run's stages, or the MD that feeds them.
+"""What a sweep's Dask workers run: a part of one (model, seed) run's training, its sampling and
+analysis, or the MD that feeds them.
+
+Training is handed out in parts (`train_task` trains to a given step and saves a checkpoint), so
+that the runs can share the workers evenly to the end. A worker process keeps the runs it trained
+in a `TrainerCache` (data mapped to flow coordinates, compiled likelihood, OpenMM workers), so
+that a later part of the same run there starts at once from the checkpoint.
 
 Each task holds the run directory's lock file (`run.lock`, an OS lock the kernel drops when its
-process dies), so a second copy of the same task waits instead of writing beside the first, and
-appends everything it prints to the run's `log.txt`.
+process dies), so a second copy of the same task waits instead of writing beside the first,
+appends everything it prints to the run's `log.txt`, and when it ends adds one line (what, where,
+how long) to the run's `sweep-tasks.jsonl`.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -26,12 +34,16 @@ from bgp4.errors import Bgp4Error, InputError
 if TYPE_CHECKING:
     from bgp4.sweep import RunSpec
 
-__all__ = ["DONE_FILE", "LOCK_FILE", "LOG_FILE", "STOP_POLL_S", "IgnoreInterrupts", "run_task", "simulate_task",
-           "stop_asked"]
+__all__ = ["DONE_FILE", "LOCK_FILE", "LOG_FILE", "TASKS_FILE", "STOP_POLL_S", "IgnoreInterrupts", "TrainerCache",
+           "train_task", "finish_task", "simulate_task", "stop_asked"]
 
 DONE_FILE = "sweep-done.json"
 LOG_FILE = "log.txt"
 LOCK_FILE = "run.lock"
+TASKS_FILE = "sweep-tasks.jsonl"
+#: Runs a worker process keeps ready (each holds its training frames in flow coordinates:
+#: about 0.2 GB per million frames).
+CACHED_RUNS = 8
 #: Seconds between two looks at the sweep's stop event (each look asks the scheduler).
 STOP_POLL_S = 2.0
 #: Seconds without an answer about the stop event after which a run stops as if asked.
@@ -92,8 +104,50 @@ class IgnoreInterrupts(WorkerPlugin):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class TrainerCache(WorkerPlugin):
+    """The Trainers of the last CACHED_RUNS runs a worker process trained a part of.
+
+    A part taken from here skips loading the data, mapping it to flow coordinates and compiling
+    (seconds to a minute): it only restores the run's checkpoint. A Trainer is taken out while a
+    task uses it, so two tasks never share one; a task that fails does not put it back.
+    """
+
+    name = "bgp4-trainers"
+
+    def setup(self, worker: Any) -> None:  # on the worker: the plugin travels there unpickled, and empty
+        self.trainers: OrderedDict[str, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def take(self, key: str) -> Any | None:
+        with self.lock:
+            return self.trainers.pop(key, None)
+
+    def put(self, key: str, trainer: Any) -> None:
+        with self.lock:
+            self.trainers[key] = trainer
+            evicted = [self.trainers.popitem(last=False)[1] for _ in range(len(self.trainers) - CACHED_RUNS)]
+        for old in evicted:
+            old.close()
+
+    def teardown(self, worker: Any) -> None:
+        with self.lock:
+            trainers, self.trainers = list(self.trainers.values()), OrderedDict()
+        for trainer in trainers:
+            trainer.close()
+
+
+def _trainer_cache() -> TrainerCache | None:
+    """This worker's TrainerCache; None outside a worker or where none was registered."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().plugins.get(TrainerCache.name)
+    except ValueError:  # not in a worker
+        return None
+
+
 @contextlib.contextmanager
-def _locked_and_logged(lock: Path, log: Path) -> Iterator[Callable[[str], None]]:
+def _locked_and_logged(lock: Path, log: Path, what: str = "") -> Iterator[Callable[[str], None]]:
     """Hold `lock` (waiting for another live holder) with stdout/stderr appended to `log`."""
     from filelock import FileLock, Timeout
 
@@ -110,7 +164,7 @@ def _locked_and_logged(lock: Path, log: Path) -> Iterator[Callable[[str], None]]
             say(f"{who}: another copy of this task holds {lock.name}; waiting for it to finish or die")
             file_lock.acquire()
         try:
-            say(f"{who}: task started")
+            say(f"{who}: task started" + (f": {what}" if what else ""))
             yield say
         except KeyboardInterrupt:
             say(f"{who}: task stopped; a rerun of the sweep resumes it")
@@ -138,19 +192,19 @@ def _select_gpu(gpus: float) -> None:
                 torch.cuda.set_device(int(name) % count)
 
 
-def run_task(spec: RunSpec, stop_event: str | None = None) -> dict[str, Any]:
-    """Train, sample and analyze one run (each stage resumes or is skipped when complete).
+def _as_task(spec: RunSpec, stop_event: str | None, work: Callable[[Callable[[], bool]], dict[str, Any]]) -> dict[str, Any]:
+    """Run `work(stop)` for one run as a Dask task.
 
-    Returns {"run", "trained", "sampled", "analyzed", "wall_s"}; {"run", "error"} for bad
-    input, which would fail the same way again: it is returned rather than raised, so that Dask
-    does not retry it; {"run", "stopped"} when the Dask Event `stop_event` was set (training
-    saved a checkpoint at a step boundary first). Other exceptions are raised and retried.
+    Bad input, which would fail the same way again, is returned as {"run", "error"} rather than
+    raised, so that Dask does not retry it; {"run", "stopped", "started"} when the Dask Event
+    `stop_event` was set (training saved a checkpoint at a step boundary first). Other
+    exceptions are raised and retried.
     """
     stop = stop_asked(stop_event)
     if stop():  # still queued when the sweep was stopped
         return {"run": spec.name, "stopped": True, "started": False}
     try:
-        return _run_stages(spec, stop)
+        return work(stop)
     except InputError as error:
         return {"run": spec.name, "error": str(error)}
     except KeyboardInterrupt:  # stop() turned true: training saved its checkpoint, or a stage ended
@@ -159,23 +213,72 @@ def run_task(spec: RunSpec, stop_event: str | None = None) -> dict[str, Any]:
         return {"run": spec.name, "stopped": True, "started": True}
 
 
-def _run_stages(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
+def train_task(spec: RunSpec, until: int, stop_event: str | None = None) -> dict[str, Any]:
+    """Train one run to global step `until` (from its checkpoint) and save a checkpoint there;
+    when that is the last step, also write model.pt and complete.json.
+
+    Returns {"run", "step", "complete", "wall_s", "build_s", "worker"}, or as `_as_task` says.
+    """
+    return _as_task(spec, stop_event, lambda stop: _train_part(spec, until, stop))
+
+
+def finish_task(spec: RunSpec, stop_event: str | None = None) -> dict[str, Any]:
+    """Sample and analyze one trained run (each stage skipped when complete); writes sweep-done.json.
+
+    Returns {"run", "sampled", "analyzed", "wall_s"}, or as `_as_task` says.
+    """
+    return _as_task(spec, stop_event, lambda stop: _finish_run(spec, stop))
+
+
+def _train_part(spec: RunSpec, until: int, stop: Callable[[], bool]) -> dict[str, Any]:
     run = Path(spec.path)
-    with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE) as say:
+    started = time.perf_counter()  # the imports count: a new worker process pays for them
+    with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE, f"train to step {until}") as say:
+        import torch
+
+        from bgp4.train import finish_training, prepare_training
+
+        torch.set_num_threads(spec.threads)
+        _select_gpu(spec.gpus)
+        cache, key = _trainer_cache(), json.dumps([spec.path, spec.train], sort_keys=True)
+        trainer = cache.take(key) if cache is not None else None
+        build = 0.0
+        if trainer is None:
+            built = time.perf_counter()
+            trainer = prepare_training(TrainSettings(**spec.train), run)
+            build = time.perf_counter() - built
+        if isinstance(trainer, dict):  # complete already
+            summary, step = trainer, trainer["steps"]
+        else:
+            summary = trainer.fit(progress=False, stop=stop, until=until)
+            step = trainer.step
+            if summary is not None:
+                finish_training(trainer, summary)
+            elif cache is not None:
+                cache.put(key, trainer)
+            else:
+                trainer.close()
+        wall = time.perf_counter() - started
+        if summary is not None:
+            say(f"train: complete; test NLL {summary.get('test_nll_end')}, {summary.get('wall_s')} s of training")
+        say(f"task finished in {wall:.1f} s at step {step}" + (f" (building the run: {build:.1f} s)" if build else ""))
+        _add_task_record(run, {"task": "train", "until": until, "step": step, "wall_s": round(wall, 3),
+                               "build_s": round(build, 3)})
+    return {"run": spec.name, "step": step, "complete": summary is not None, "wall_s": wall, "build_s": build,
+            "worker": _worker_address()}
+
+
+def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
+    run = Path(spec.path)
+    started = time.perf_counter()
+    with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE, "sample and analyze") as say:
         import torch
 
         from bgp4.report import analyze
         from bgp4.sample import SampleSettings, sample_run
-        from bgp4.train import train
 
-        started = time.perf_counter()
         torch.set_num_threads(spec.threads)
         _select_gpu(spec.gpus)
-        settings = TrainSettings(**spec.train)
-        summary, trained = train(settings, run, progress=False, stop=stop)
-        say(f"train: {'trained' if trained else 'complete'}; test NLL {summary.get('test_nll_end')}, {summary.get('wall_s')} s")
-        if stop():  # the next stages are not stoppable mid-way: do not start them
-            raise KeyboardInterrupt
         samples, sampled = sample_run(run, SampleSettings(**spec.sample), progress=False)
         say(f"sample: {'sampled' if sampled else 'complete'}; mean energy {samples.get('mean_energy_kT')} kT")
         if stop():
@@ -183,13 +286,39 @@ def _run_stages(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         report = run / "report" / "metrics.json"
         analyzed = sampled or not report.exists()
         if analyzed:
-            analyze(settings.data, [run], run / "report", seed=spec.seed, workers=settings.workers)
+            analyze(spec.train["data"], [run], run / "report", seed=spec.seed, workers=spec.train["workers"])
             say("analyze: metrics in report/metrics.json")
         wall = time.perf_counter() - started
-        payload = {"train": spec.train, "sample": spec.sample, "host": socket.gethostname(), "task_wall_s": round(wall, 2)}
+        tasks = [*_task_records(run), {"task": "finish", "wall_s": round(wall, 3), "build_s": 0.0}]
+        _add_task_record(run, tasks[-1])
+        payload = {"train": spec.train, "sample": spec.sample, "host": socket.gethostname(),
+                   "task_wall_s": round(sum(t["wall_s"] for t in tasks), 2), "tasks": len(tasks),
+                   "build_s": round(sum(t.get("build_s", 0.0) for t in tasks), 2)}
         atomic_write(run / DONE_FILE, json.dumps(payload, indent=1))
         say(f"task finished in {wall:.1f} s")
-    return {"run": spec.name, "trained": trained, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
+    return {"run": spec.name, "sampled": sampled, "analyzed": analyzed, "wall_s": wall, "worker": _worker_address()}
+
+
+def _add_task_record(run: Path, record: dict[str, Any]) -> None:
+    """Append one finished task (with where and when it ended) to the run's sweep-tasks.jsonl."""
+    record = {**record, "worker": f"{socket.gethostname()} pid {os.getpid()}", "ended": time.time()}
+    with open(run / TASKS_FILE, "a") as stream:
+        stream.write(json.dumps(record) + "\n")
+
+
+def _task_records(run: Path) -> list[dict[str, Any]]:
+    path = run / TASKS_FILE
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _worker_address() -> str | None:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except ValueError:
+        return None
 
 
 # `bgp4 simulate` as a worker's child: it dies with the worker (which may be killed when the sweep

@@ -26,7 +26,7 @@ from bgp4.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_pen
 from bgp4.model import weights_defined
 from bgp4.molecule import rotor_hydrogens
 from bgp4.platform import resolve_device
-from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory
+from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory, check_init
 
 LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
 TEST_FRAMES = 10_000  # held-out frames scored at each evaluation
@@ -72,6 +72,7 @@ class Trainer:
         self.wall = 0.0
         self.interval: list[dict[str, float]] = []  # step infos since the last metrics record
         self.batch_nll = self._nll  # replaced by a compiled twin in `_compile`
+        self._openmm = None  # OpenMMEnergy of the energy phase, opened when first needed
         self._make_optimizer()
 
     # -- state -------------------------------------------------------------------------
@@ -160,7 +161,7 @@ class Trainer:
         Evaluation keeps the eager path: other batch sizes and no_grad would mean more graphs.
         """
         mode = self.s.compile
-        if mode == "off" or (mode == "auto" and (self.device.type != "cpu" or self.total_steps < COMPILE_MIN_STEPS)):
+        if self.compiled or mode == "off" or (mode == "auto" and (self.device.type != "cpu" or self.total_steps < COMPILE_MIN_STEPS)):
             return
         if progress:
             print("compiling the flow with torch.compile (about a minute the first time) ...", file=sys.stderr, flush=True)
@@ -251,13 +252,17 @@ class Trainer:
         return record
 
     # -- the loop ------------------------------------------------------------------------
-    def fit(self, progress: bool = True, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
-        """Train to the last step (resuming from a checkpoint), save model.pt; returns the summary
+    def fit(self, progress: bool = True, stop: Callable[[], bool] | None = None,
+            until: int | None = None) -> dict[str, Any] | None:
+        """Train to the last step (resuming from the checkpoint), save model.pt; returns the summary
         that `train` writes to complete.json. Ctrl-C, SIGTERM or `stop()` turning true save a
-        checkpoint at the next step boundary and raise KeyboardInterrupt."""
-        from tqdm.auto import tqdm
+        checkpoint at the next step boundary and raise KeyboardInterrupt.
 
-        from bgp4.energy import OpenMMEnergy
+        `until`: train only to that global step, save a checkpoint there and return None: one part
+        of the run (a sweep hands out runs in parts). The OpenMM workers then stay open for the next
+        part; `close()` ends them.
+        """
+        from tqdm.auto import tqdm
 
         if not self.restore():
             self.run.truncate_log(-1)  # records of a run killed before its first checkpoint
@@ -266,15 +271,14 @@ class Trainer:
 
                 self.bg.load_state_dict(load_generator(RunDirectory(self.s.init).file(MODEL), self.device).state_dict())
             self._record([], test=True)
+        end = self.total_steps if until is None else min(until, self.total_steps)
         self._compile(progress)
-        energy = None
-        if self.s.energy_steps > 0:
-            energy = OpenMMEnergy(self.molecule.system, self.temperature, n_workers=self.s.workers or None)
+        energy = self._energy() if end > self.s.steps else None
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
         last_save, record = time.monotonic(), {}
         request = StopRequest(also=stop)
         try:
-            while self.step < self.total_steps:
+            while self.step < end:
                 started = time.perf_counter()
                 info = self._train_step(energy)
                 self.step += 1
@@ -290,21 +294,38 @@ class Trainer:
                 if self.step == self.s.steps and self.s.energy_steps:
                     self._make_optimizer()  # phase 2 starts with a fresh Adam at the energy lr
                     bar.set_description("energy")
-                if phase_end or time.monotonic() - last_save > 60 * self.s.checkpoint_minutes:
+                if phase_end or self.step == end or time.monotonic() - last_save > 60 * self.s.checkpoint_minutes:
                     self.checkpoint()
                     last_save = time.monotonic()
                 bar.update(1)
                 if request.requested:  # Ctrl-C, SIGTERM or stop(): save at a step boundary, then stop
                     self.checkpoint()
                     raise KeyboardInterrupt
+        except BaseException:
+            self.close()
+            raise
         finally:
             request.restore()
             bar.close()
-            if energy is not None:
-                energy.close()
-        return self._finish(record)
+        if until is None or self.step >= self.total_steps:
+            self.close()
+        return self._finish() if self.step >= self.total_steps else None
 
-    def _finish(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _energy(self):
+        """The OpenMM energy of the energy phase (worker processes, kept open between parts)."""
+        if self._openmm is None:
+            from bgp4.energy import OpenMMEnergy
+
+            self._openmm = OpenMMEnergy(self.molecule.system, self.temperature, n_workers=self.s.workers or None)
+        return self._openmm
+
+    def close(self) -> None:
+        """Stop the OpenMM worker processes, if any are open."""
+        if self._openmm is not None:
+            self._openmm.close()
+            self._openmm = None
+
+    def _finish(self) -> dict[str, Any]:
         self.bg.save(self.run.file(MODEL))
         records = list(self.run.records())
         tests = [r["test_nll"] for r in records if r.get("test_nll") is not None]
@@ -326,6 +347,17 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
 
     `stop`: asked between steps; true saves a checkpoint and raises KeyboardInterrupt (as Ctrl-C).
     """
+    trainer = prepare_training(settings, out, overwrite)
+    if isinstance(trainer, dict):
+        return trainer, False
+    summary = trainer.fit(progress=progress, stop=stop)
+    finish_training(trainer, summary)
+    return summary, True
+
+
+def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool = False) -> Trainer | dict[str, Any]:
+    """Check the settings and data, prepare the run directory `out` and build its Trainer (which
+    resumes from the checkpoint when it fits); the summary instead when the run is complete."""
     import json
 
     s = settings.validated()
@@ -338,7 +370,7 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
                 f"{run.path} holds a finished run with other settings ({', '.join(differ)}); "
                 "use another --out or --overwrite"
             )
-        return json.loads(run.file(COMPLETE).read_text()), False
+        return json.loads(run.file(COMPLETE).read_text())
     resolve_device(s.device)
     data = load_trajectory(s.data)
     molecule = data.molecule()  # refuses frames of another molecule before any work
@@ -354,31 +386,14 @@ def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, pro
     if s.augment and not rotor_hydrogens(molecule):
         raise InputError(f"--augment: {molecule.name} has no interchangeable hydrogen triples to relabel")
     run.prepare(record, overwrite, changed=changed_settings)
-    trainer = Trainer(s, run, data, molecule)
-    summary = trainer.fit(progress=progress, stop=stop)
+    return Trainer(s, run, data, molecule)
+
+
+def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
+    """Draw training.png/.pdf and write complete.json (last: its presence marks the run complete)."""
     from bgp4.plots import training_curves
 
-    training_curves([{**r, "step": r["global_step"], "energy": r.get("energy_kT"),  # training.png/.pdf
+    run = trainer.run
+    training_curves([{**r, "step": r["global_step"], "energy": r.get("energy_kT"),
                       "p4inv_residual": r.get("p4inv_last_residual")} for r in run.records()], run.file("training"))
-    run.write_json(COMPLETE, summary)  # last: its presence marks the run complete
-    return summary, True
-
-
-# what a run started from another (--init) must share with it: the architecture, and the data and
-# split, so that the test frames stay unseen and the fitted coordinate transform stays valid
-INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "seed", "test_fraction")
-
-
-def check_init(init: str | Path, record: dict[str, Any]) -> None:
-    """Refuse (InputError) to start the run with settings `record` from the run directory `init`
-    unless that run is finished and has the same architecture, data and train/test split."""
-    source = RunDirectory(init)
-    if not source.complete or not source.file(MODEL).is_file():
-        raise InputError(f"--init {init}: not a finished bgp4 training run (no complete.json or model.pt)")
-    previous = source.settings()
-    differ = [k for k in INIT_MUST_MATCH if previous.get(k) != record.get(k)]
-    if not same_data(previous, record):
-        differ.insert(0, "data")
-    if differ:
-        raise InputError(f"--init {init} was trained with another {', '.join(differ)}; "
-                         "a run can only start from one with the same architecture, data and split")
+    run.write_json(COMPLETE, summary)

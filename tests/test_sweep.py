@@ -123,19 +123,36 @@ def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
                       by_model={"spline": TrainSettings(steps=7, batch=32)})
     steps = {r.model: (r.train["steps"], r.train["batch"], r.train["device"]) for r in plan.runs}
     assert steps == {"rnvp": (10, 256, "cpu"), "spline": (7, 32, "cpu")}
-    # the longest runs are handed out first (Dask priority): here rnvp's 10 steps of 256 frames
-    from bgp4.sweep import expected_cost
+    # the longest runs are handed out first: here rnvp's 10 steps of 256 frames
+    from bgp4.dispatch import expected_cost
 
     costs = {r.model: expected_cost(r) for r in plan.runs}
     assert costs["rnvp"] > costs["spline"] > 0
 
 
-def test_runs_are_submitted_longest_first(data_file, tmp_path):
-    # P4Inv steps cost more than RNVP steps: with equal settings its runs go first, seeds in order
-    from bgp4.sweep import longest_first
+def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_path):
+    from bgp4.dispatch import PARTS_PER_RUN, choose, next_stop, part_steps, remaining_cost
 
-    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "p4inv"], 2, TrainSettings(steps=10), 100)
-    assert [r.name for r in longest_first(plan.runs)] == ["p4inv-s0", "p4inv-s1", "rnvp-s0", "rnvp-s1"]
+    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "p4inv"], 2, TrainSettings(steps=2400, energy_steps=200), 100)
+    runs = {r.name: r for r in plan.runs}
+    part = part_steps(runs["rnvp-s0"])
+    assert part == 2600 // PARTS_PER_RUN + 1
+    assert [next_stop(runs["rnvp-s0"], s) for s in (0, part - 1, part, 2590)] == [part, part, 2 * part, 2600]
+    # energy steps cost more than likelihood steps; P4Inv steps more than RNVP steps
+    assert remaining_cost(runs["rnvp-s0"], 2400) > remaining_cost(runs["rnvp-s0"], 2200) - remaining_cost(runs["rnvp-s0"], 2400)
+    assert remaining_cost(runs["rnvp-s0"], 2600) == 0
+    step = dict.fromkeys(runs, 0)
+
+    def left(spec):
+        return remaining_cost(spec, step[spec.name])
+
+    order = [r.name for r in plan.runs]  # as planned: rnvp first
+    assert choose([runs[n] for n in order], left).name == "p4inv-s0"  # the most left, first among equals
+    step["p4inv-s0"] = part  # its first part ended: it goes on (the others have one part more at most) ...
+    assert choose([runs[n] for n in order], left, last="p4inv-s0").name == "p4inv-s0"
+    step["p4inv-s0"] = 2 * part  # ... but not two parts behind the others
+    assert choose([runs[n] for n in order], left, last="p4inv-s0").name == "p4inv-s1"
+    assert choose([runs["rnvp-s0"], runs["rnvp-s1"]], left, last="rnvp-s1").name == "rnvp-s1"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -225,11 +242,12 @@ def test_report_figures_drawn_elsewhere_or_here_when_that_fails(tiny_sweep):
 def test_rerun_skips_every_finished_run(tiny_sweep, data_file):
     out, _ = tiny_sweep
     models = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
+    logs = {p: p.read_text() for p in (out / "runs").glob("*/log.txt")}
     again = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY, cwd=out.parent)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "all 4 runs are complete" in again.stdout
     assert models == {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
-    assert all(log.read_text().count("task started") == 1 for log in (out / "runs").glob("*/log.txt"))
+    assert logs == {p: p.read_text() for p in (out / "runs").glob("*/log.txt")}  # no task ran
 
 
 @pytest.mark.slow
@@ -249,8 +267,8 @@ def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
                 continue
             steps = [r["global_step"] for r in _records(run)]
             if steps and steps[-1] >= 100:
-                pid = int(re.findall(r"pid (\d+): task started", log.read_text())[-1])
-                os.kill(pid, signal.SIGKILL)
+                killed_pid = re.findall(r"pid (\d+): task started", log.read_text())[-1]
+                os.kill(int(killed_pid), signal.SIGKILL)
                 killed = run
                 break
         time.sleep(0.05)
@@ -259,8 +277,11 @@ def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
     assert sweep.returncode == 0, stderr[-3000:]
     runs = sorted((tmp_path / "s" / "runs").iterdir())
     assert len(runs) == 4 and all((r / "complete.json").exists() for r in runs)
-    starts = re.findall(r"pid (\d+): task started", (killed / "log.txt").read_text())
-    assert len(starts) == 2 and starts[0] != starts[1]  # retried on a fresh worker process
+    # the task the killed worker was on (this run's part, or another's) ran again on another process
+    starts = [(log.parent.name, pid, what) for log in runs for pid, what in
+              re.findall(r"pid (\d+): task started: (.*)", (log / "log.txt").read_text())]
+    lost = [(run, what) for run, pid, what in starts if pid == killed_pid]
+    assert any((run, what) in lost for run, pid, what in starts if pid != killed_pid)
     for run in runs:
         steps = [r["global_step"] for r in _records(run)]
         assert steps == sorted(set(steps)), f"duplicated records in {run.name}"

@@ -109,6 +109,29 @@ def _assert_same_model(a_run: Path, b_run: Path) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
+def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
+    """A sweep trains a run in parts (`fit(until=...)`), on a Trainer its worker kept or a new one."""
+    from bgp4.train import finish_training, prepare_training
+
+    settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=5, **{**TINY, "steps": 30, "energy_steps": 6,
+                                                                                    "eval_every": 10})
+    train(settings, tmp_path / "unbroken", progress=False)
+    kept = prepare_training(settings, tmp_path / "parts")
+    assert kept.fit(progress=False, until=13) is None and kept.step == 13
+    assert kept.fit(progress=False, until=33) is None and kept.step == 33
+    assert kept._openmm is not None  # in the energy phase: its OpenMM workers stay open for the next part
+    fresh = prepare_training(settings, tmp_path / "parts")  # another worker takes the last part
+    summary = fresh.fit(progress=False, until=40)
+    kept.close()
+    assert summary is not None and summary["steps"] == 36 and fresh._openmm is None
+    finish_training(fresh, summary)
+    assert RunDirectory(tmp_path / "parts").complete
+    _assert_same_model(tmp_path / "unbroken", tmp_path / "parts")
+    records = [[{k: v for k, v in r.items() if k != "wall_s"} for r in RunDirectory(tmp_path / run).records()]
+               for run in ("unbroken", "parts")]
+    assert records[0] == records[1]
+
+
 @pytest.mark.slow
 def test_augmented_compiled_run_resumes_exactly(md_file, tmp_path, monkeypatch):
     # the compile warm-up runs on every start: it must not draw from the checkpointed batch stream

@@ -9,6 +9,9 @@
    time the machine's cores were busy (from /proc/stat) while it ran.
 Prints the wall times, the speedup, and the sweep's overhead: its wall time against the sum of
 its tasks' own wall times divided by the number of workers (what a perfect scheduler needs).
+The sweep hands out each run's training in parts; per run it also prints the task time beyond the
+training steps themselves (building the run on a worker, restoring checkpoints, evaluations,
+sampling, analysis), and per worker process how long it sat idle before the last task ended.
 `--tiny` uses a few dozen steps and few samples (a smoke test of this script, minutes).
 `--sweep-only` skips step 2 (no speedup then): the overhead needs only the sweep's own times.
 """
@@ -72,14 +75,22 @@ def main() -> None:
     t_sweep = bgp4("sweep", "--data", str(data), "--out", str(a.out / "sweep"), "--models", a.models,
                    "--seeds", str(a.seeds), *train, "--samples", samples, "--quiet")
     busy1, total1 = cpu_times()
-    tasks = {p.parent.name: json.loads(p.read_text())["task_wall_s"] for p in (a.out / "sweep" / "runs").glob("*/sweep-done.json")}
+    runs_dir = a.out / "sweep" / "runs"
+    tasks = {p.parent.name: json.loads(p.read_text())["task_wall_s"] for p in runs_dir.glob("*/sweep-done.json")}
+    trained = {p.parent.name: json.loads(p.read_text())["wall_s"] for p in runs_dir.glob("*/complete.json")}
+    records = [json.loads(line) for p in runs_dir.glob("*/sweep-tasks.jsonl") for line in p.read_text().splitlines() if line.strip()]
+    last = max(r["ended"] for r in records)
+    idle_at_end = {w: round(last - max(r["ended"] for r in records if r["worker"] == w), 1) for w in {r["worker"] for r in records}}
     cores = len(os.sched_getaffinity(0))
     workers = min(cores, len(runs))
     ideal = sum(tasks.values()) / workers
     result = {
         "runs": len(runs), "cores": cores, "workers": workers,
         "sequential_s": None if a.sweep_only else round(t_sequential, 1), "sequential_per_run_s": {k: round(v, 1) for k, v in sequential.items()},
-        "sweep_s": round(t_sweep, 1), "sweep_task_s": tasks,
+        "sweep_s": round(t_sweep, 1), "sweep_task_s": tasks, "tasks": len(records),
+        "task_s_beyond_training": {k: round(v - trained.get(k, 0.0), 1) for k, v in tasks.items()},
+        "builds": sum(1 for r in records if r.get("build_s")), "build_s": round(sum(r.get("build_s", 0.0) for r in records), 1),
+        "idle_before_the_last_task_ended_s": idle_at_end,
         "speedup": None if a.sweep_only else round(t_sequential / t_sweep, 3),
         "sweep_overhead": round(t_sweep / ideal - 1.0, 4), "cpu_busy_during_sweep": round((busy1 - busy0) / (total1 - total0), 3),
     }

@@ -1,0 +1,93 @@
+"""Dask clients for sweeps: a new LocalCluster sized to this machine, or an existing scheduler.
+
+    >>> with open_client(None, 2) as client:  # doctest: +SKIP
+    ...     client.submit(sum, [1, 2]).result()
+    3
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import Any, Iterator
+
+from bgp4.errors import InputError
+from bgp4.sweep_tasks import IgnoreInterrupts, TrainerCache
+
+__all__ = ["CONNECT_TIMEOUT_S", "local_cluster_size", "open_client", "task_slots"]
+
+#: Seconds to wait for a scheduler given with --scheduler (the CLI promises an answer within 15 s).
+CONNECT_TIMEOUT_S = 10
+
+
+def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, workers: int | None) -> int:
+    """Workers of the default local cluster: one run each, workers x threads <= cores (and GPUs)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    size = max(1, cores // threads_per_run)
+    if gpus_per_run > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise InputError("--gpus-per-run asks for GPUs, but torch sees none on this machine")
+        size = min(size, max(1, int(gpus / gpus_per_run)))
+    return max(1, workers if workers else min(size, n_tasks))
+
+
+def _reachable(address: str) -> None:
+    """Fail at once where nothing listens at a tcp:// address (Dask itself retries until its timeout)."""
+    from urllib.parse import urlsplit
+
+    if not address.startswith("tcp://"):
+        return
+    parts = urlsplit(address)
+    with socket.create_connection((parts.hostname, parts.port or 8786), timeout=CONNECT_TIMEOUT_S):
+        pass
+
+
+@contextlib.contextmanager
+def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0) -> Iterator[Any]:
+    """A `distributed.Client`: on `scheduler`, or on a new LocalCluster of `n_workers` processes."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            _reachable(scheduler)
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except Exception as error:  # noqa: BLE001 - refused, timed out, or something that is not a scheduler
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise InputError(f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})") from None
+        with client:
+            _register(client, TrainerCache())
+            if gpus_per_run > 0:
+                offered = [w.get("resources", {}).get("GPU", 0) for w in client.scheduler_info()["workers"].values()]
+                if offered and max(offered) < gpus_per_run:
+                    raise InputError(f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1")
+            yield client
+        return
+    resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
+    # no memory limit: a nanny restart for memory would only repeat the part a worker was on
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.CRITICAL, memory_limit=0, resources=resources) as cluster, Client(cluster) as client:
+        _register(client, IgnoreInterrupts(), TrainerCache())
+        yield client
+
+
+def _register(client: Any, *plugins: Any) -> None:
+    register = getattr(client, "register_plugin", None) or client.register_worker_plugin  # distributed < 2023.9
+    for plugin in plugins:
+        register(plugin)
+
+
+def task_slots(client: Any, gpus_per_run: float) -> int:
+    """How many runs the client's workers hold at once: their threads (local workers have one
+    each), or on GPU workers as many runs as their GPU resources allow; at least 1."""
+    slots = 0
+    for worker in client.scheduler_info(n_workers=-1)["workers"].values():
+        if gpus_per_run > 0:
+            slots += int(worker.get("resources", {}).get("GPU", 0) / gpus_per_run + 1e-9)
+        else:
+            slots += int(worker.get("nthreads", 1))
+    return max(1, slots)

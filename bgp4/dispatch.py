@@ -1,0 +1,191 @@
+"""Handing a sweep's runs to Dask in parts, the run with the most training left first.
+
+A run's training is cut into about PARTS_PER_RUN parts (`train_task` trains to a step and saves a
+checkpoint), and its last task samples and analyzes it (`finish_task`). The client keeps at most
+as many tasks on the cluster as its workers hold at once (`task_slots`) and gives each free slot to
+the run with the most training left, so that the runs advance together and the workers finish
+together: at the end a worker waits for about one part of one run, where with whole runs it could
+wait for most of a run. A run whose part just ended goes on unless another has more than one part
+more left, which keeps it on the worker that holds it ready (`TrainerCache`). The rest wait here
+rather than on the scheduler, which places the first few tasks it is given at once, in the order
+they arrive, whatever their priority.
+
+    >>> dispatch = Dispatch(client, specs, stop_event)  # doctest: +SKIP
+    >>> failures, stopped = dispatch.follow(progress=True, ask_to_stop=lambda: None)  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from bgp4._stop import StopRequest
+from bgp4.cluster import task_slots
+from bgp4.sweep_tasks import finish_task, train_task
+
+if TYPE_CHECKING:
+    from bgp4.sweep import RunSpec
+
+__all__ = ["PARTS_PER_RUN", "MIN_PART_STEPS", "STEP_COST", "RETRIES", "Dispatch", "choose", "expected_cost",
+           "next_stop", "part_steps", "remaining_cost"]
+
+#: Parts each run's training is handed out in.
+PARTS_PER_RUN = 12
+#: Fewest steps in a part: each part restores a checkpoint and saves one (a few hundredths of a s).
+MIN_PART_STEPS = 100
+#: Rough cost of one training step per frame of the batch, relative to rnvp (CPU step times of
+#: README's tables); only the order of the tasks depends on it.
+STEP_COST = {"rnvp": 1.0, "p4inv": 1.6, "spline": 6.0, "spline-p4inv": 6.5}
+#: Retries of a task that raised; a task whose worker died is rescheduled by the scheduler
+#: (`distributed.scheduler.allowed-failures`, 3 by default) and resumes from its checkpoint.
+RETRIES = 2
+#: Seconds between two looks at how many tasks the workers hold (workers may come and go).
+SLOTS_EVERY_S = 5.0
+
+
+def expected_cost(spec: RunSpec) -> int:
+    """A run's expected cost in rnvp-step-frames (energy steps count 3x: sampling and OpenMM)."""
+    return remaining_cost(spec, 0)
+
+
+def remaining_cost(spec: RunSpec, step: int) -> int:
+    """The expected cost of a run's training from global step `step` on, as `expected_cost`."""
+    t = spec.train
+    ml = max(0, t["steps"] - step)
+    energy = max(0, min(t["energy_steps"], t["steps"] + t["energy_steps"] - step))
+    return int((ml + 3 * energy) * t["batch"] * STEP_COST.get(spec.model, 1.0))
+
+
+def part_steps(spec: RunSpec) -> int:
+    """Steps of one part of a run's training."""
+    total = spec.train["steps"] + spec.train["energy_steps"]
+    return max(MIN_PART_STEPS, -(-total // PARTS_PER_RUN))
+
+
+def next_stop(spec: RunSpec, step: int) -> int:
+    """The global step the part that starts at `step` trains to (a multiple of `part_steps`, or the end)."""
+    part = part_steps(spec)
+    return min(spec.train["steps"] + spec.train["energy_steps"], (step // part + 1) * part)
+
+
+def choose(waiting: list[RunSpec], left: Callable[[RunSpec], int], last: str | None = None) -> RunSpec:
+    """The run to hand the next free slot: the one with the most left (first in `waiting` among
+    equals), or `last` (whose part just ended) unless another has more than one part more left."""
+    best = max(waiting, key=left)
+    for spec in waiting:
+        if spec.name == last and left(best) - left(spec) <= remaining_cost(spec, 0) - remaining_cost(spec, part_steps(spec)):
+            return spec
+    return best
+
+
+def _recorded_step(spec: RunSpec) -> int:
+    """The last step in a run's metrics log (0 when none): where its training goes on, give or
+    take the steps since its last checkpoint (the part it is handed trains on from there)."""
+    import json
+
+    path = Path(spec.path) / "metrics.jsonl"
+    for line in reversed(path.read_text().splitlines() if path.exists() else []):
+        try:
+            return int(json.loads(line).get("global_step", 0))
+        except ValueError:  # a line cut off by a killed run
+            continue
+    return 0
+
+
+class Dispatch:
+    """Hands the runs `specs` to `client` part by part (see the module docstring)."""
+
+    def __init__(self, client: Any, specs: list[RunSpec], stop_event: str):
+        self.client, self.stop_event = client, stop_event
+        self.gpus = specs[0].gpus if specs else 0.0
+        self.resources = {"GPU": self.gpus} if self.gpus > 0 else None
+        self.step = {s.name: _recorded_step(s) for s in specs}
+        self.trained = {s.name: (Path(s.path) / "complete.json").exists() for s in specs}
+        self.waiting: list[RunSpec] = list(specs)
+        self.running: dict[Any, RunSpec] = {}
+        self.last: str | None = None
+        self.slots, self.slots_at = 1, -SLOTS_EVERY_S
+
+    def left(self, spec: RunSpec) -> int:
+        return 0 if self.trained[spec.name] else remaining_cost(spec, self.step[spec.name])
+
+    def submit(self, queue: Any) -> None:
+        """Fill the free slots from `waiting`; new futures go to the as_completed `queue`."""
+        if time.monotonic() - self.slots_at >= SLOTS_EVERY_S:
+            self.slots, self.slots_at = task_slots(self.client, self.gpus), time.monotonic()
+        while self.waiting and len(self.running) < self.slots:
+            spec = choose(self.waiting, self.left, self.last)
+            self.waiting.remove(spec)
+            self.last = None
+            if self.trained[spec.name]:
+                task, args = finish_task, (spec, self.stop_event)
+            else:
+                task, args = train_task, (spec, next_stop(spec, self.step[spec.name]), self.stop_event)
+            future = self.client.submit(task, *args, pure=False, retries=RETRIES, resources=self.resources)
+            self.running[future] = spec
+            queue.add(future)
+
+    def follow(self, progress: bool, ask_to_stop: Callable[[], None]) -> tuple[dict[str, str], dict[str, bool]]:
+        """Run everything with one bar over runs (and the steps of the runs in training); returns
+        (failed run -> reason, stopped run -> whether it had started). The first Ctrl-C or SIGTERM
+        calls `ask_to_stop` and waits for the running tasks to save their checkpoints; a second
+        one stops at once."""
+        from distributed import as_completed
+        from tqdm.auto import tqdm
+
+        failures: dict[str, str] = {}
+        stopped: dict[str, bool] = {}
+        total = len(self.waiting)
+        queue = as_completed()
+        shown = ""
+        request, asked = StopRequest(), False
+        try:
+            with tqdm(total=total, desc="runs", unit="run", disable=not progress) as bar:
+                while self.waiting or self.running:
+                    if request.requested and not asked:
+                        ask_to_stop()
+                        asked = True
+                        bar.write("stopping: training runs save a checkpoint at their next step, runs that sample or "
+                                  "analyze finish that stage first (interrupt again to stop at once)")
+                    if asked:
+                        stopped.update({s.name: self.step[s.name] > 0 or self.trained[s.name] for s in self.waiting})
+                        self.waiting = []
+                    else:
+                        self.submit(queue)
+                    for future in queue.next_batch(block=False):
+                        spec = self.running.pop(future)
+                        bar.update(self._settle(future, spec, failures, stopped, bar.write))
+                    steps = ", ".join(f"{s.name} {self.step[s.name]}/{s.train['steps'] + s.train['energy_steps']}"
+                                      for s in list(self.running.values())[:4] if not self.trained[s.name])
+                    if steps != shown:
+                        bar.set_postfix_str(shown := steps, refresh=True)
+                    time.sleep(0.2)
+        finally:
+            request.restore()
+        return failures, stopped
+
+    def _settle(self, future: Any, spec: RunSpec, failures: dict[str, str], stopped: dict[str, bool],
+                write: Callable[[str], None]) -> int:
+        """Record one finished task; returns how many runs it settled (0 or 1)."""
+        if future.status == "error":
+            error = future.exception()
+            failures[spec.name] = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        else:
+            result = future.result()
+            if result.get("stopped"):
+                stopped[spec.name] = bool(result.get("started")) or self.step[spec.name] > 0 or self.trained[spec.name]
+                return 1
+            if "error" in result:
+                failures[spec.name] = result["error"]
+            elif "step" in result:  # a part of the training
+                self.step[spec.name], self.trained[spec.name] = result["step"], result["complete"]
+                if result["complete"]:
+                    write(f"{spec.name}: trained")
+                self.waiting.append(spec)
+                self.last = spec.name
+                return 0
+            else:
+                write(f"{spec.name}: sampled and analyzed")
+                return 1
+        write(f"{spec.name}: failed ({failures[spec.name]})")
+        return 1
