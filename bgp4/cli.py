@@ -315,16 +315,17 @@ def sweep(
     preset: Optional[str] = typer.Option(None, "--preset", help="quick|paper: the train, sample and MD sizes of `bgp4 pipeline`; settings given here win."),
     samples: Optional[int] = typer.Option(None, "--samples", help="Samples per run. [default: the preset's, else 100000]"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of a running Dask scheduler (tcp://host:8786); default: a local cluster on this machine."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Local cluster: worker processes, one run each. [default: cores / threads-per-run]"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Local cluster: worker processes, one task each. [default: cores / threads-per-run]"),
     threads_per_run: int = typer.Option(1, "--threads-per-run", help="Torch threads and energy processes of each run."),
     gpus_per_run: float = typer.Option(0.0, "--gpus-per-run", help="GPUs per run, as Dask worker resources (start workers with --resources GPU=1); 0.5 puts two runs on a GPU."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     **settings,
 ) -> None:
-    """Train, sample and analyze every (model, seed) as a task on Dask distributed; report over seeds.
+    """Train, sample and analyze every (model, seed) on Dask distributed; report over seeds.
 
-    Each run is a resumable directory: a task whose worker dies is run again and resumes from its
-    checkpoint, and the same command run again skips finished runs. The report gives each
+    Each run is a resumable directory whose training is handed to the workers in parts, the run
+    with the most left first, so that the workers finish together. A task whose worker dies is
+    run again and resumes from the checkpoint, and the same command run again skips finished runs. The report gives each
     metric's mean and 95 % interval over seeds and paired differences against the first model.
     """
     from bgp4.config import merge_settings, read_config_file

@@ -84,8 +84,12 @@ def _register(client: Any, *plugins: Any) -> None:
 def task_slots(client: Any, gpus_per_run: float) -> int:
     """How many runs the client's workers hold at once: their threads (local workers have one
     each), or on GPU workers as many runs as their GPU resources allow; at least 1."""
+    try:
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()  # all of them, not the first 5
+    except TypeError:  # distributed < 2025: there is no such argument, and it lists all
+        workers = client.scheduler_info()["workers"].values()
     slots = 0
-    for worker in client.scheduler_info(n_workers=-1)["workers"].values():
+    for worker in workers:
         if gpus_per_run > 0:
             slots += int(worker.get("resources", {}).get("GPU", 0) / gpus_per_run + 1e-9)
         else:

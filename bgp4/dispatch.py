@@ -1,6 +1,6 @@
 """Handing a sweep's runs to Dask in parts, the run with the most training left first.
 
-A run's training is cut into about PARTS_PER_RUN parts (`train_task` trains to a step and saves a
+A run's training is cut into about PARTS_PER_RUN parts of equal expected cost (`train_task` trains to a step and saves a
 checkpoint), and its last task samples and analyzes it (`finish_task`). The client keeps at most
 as many tasks on the cluster as its workers hold at once (`task_slots`) and gives each free slot to
 the run with the most training left, so that the runs advance together and the workers finish
@@ -26,13 +26,16 @@ from bgp4.sweep_tasks import finish_task, train_task
 if TYPE_CHECKING:
     from bgp4.sweep import RunSpec
 
-__all__ = ["PARTS_PER_RUN", "MIN_PART_STEPS", "STEP_COST", "RETRIES", "Dispatch", "choose", "expected_cost",
-           "next_stop", "part_steps", "remaining_cost"]
+__all__ = ["PARTS_PER_RUN", "MIN_PART_STEPS", "ENERGY_STEP_COST", "STEP_COST", "RETRIES", "Dispatch", "choose", "expected_cost",
+           "next_stop", "part_size", "remaining_cost"]
 
 #: Parts each run's training is handed out in.
 PARTS_PER_RUN = 12
-#: Fewest steps in a part: each part restores a checkpoint and saves one (a few hundredths of a s).
+#: Fewest (likelihood) steps in a part: each part saves a checkpoint (0.1 s at the paper's sizes).
 MIN_PART_STEPS = 100
+#: Cost of an energy-phase step against a likelihood step (sampling and OpenMM forces; 3.3-3.5x
+#: measured in a quick-preset sweep).
+ENERGY_STEP_COST = 3
 #: Rough cost of one training step per frame of the batch, relative to rnvp (CPU step times of
 #: README's tables); only the order of the tasks depends on it.
 STEP_COST = {"rnvp": 1.0, "p4inv": 1.6, "spline": 6.0, "spline-p4inv": 6.5}
@@ -50,22 +53,28 @@ def expected_cost(spec: RunSpec) -> int:
 
 def remaining_cost(spec: RunSpec, step: int) -> int:
     """The expected cost of a run's training from global step `step` on, as `expected_cost`."""
-    t = spec.train
-    ml = max(0, t["steps"] - step)
-    energy = max(0, min(t["energy_steps"], t["steps"] + t["energy_steps"] - step))
-    return int((ml + 3 * energy) * t["batch"] * STEP_COST.get(spec.model, 1.0))
+    total = _weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"])
+    return int((total - _weighted_steps(spec, step)) * spec.train["batch"] * STEP_COST.get(spec.model, 1.0))
 
 
-def part_steps(spec: RunSpec) -> int:
-    """Steps of one part of a run's training."""
-    total = spec.train["steps"] + spec.train["energy_steps"]
-    return max(MIN_PART_STEPS, -(-total // PARTS_PER_RUN))
+def _weighted_steps(spec: RunSpec, step: int) -> int:
+    """Steps 0..step with each energy step counted ENERGY_STEP_COST times."""
+    ml = spec.train["steps"]
+    return min(step, ml) + ENERGY_STEP_COST * max(0, step - ml)
+
+
+def part_size(spec: RunSpec) -> int:
+    """One part of a run's training, in likelihood steps (an energy step counts ENERGY_STEP_COST)."""
+    return max(MIN_PART_STEPS, -(-_weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"]) // PARTS_PER_RUN))
 
 
 def next_stop(spec: RunSpec, step: int) -> int:
-    """The global step the part that starts at `step` trains to (a multiple of `part_steps`, or the end)."""
-    part = part_steps(spec)
-    return min(spec.train["steps"] + spec.train["energy_steps"], (step // part + 1) * part)
+    """The global step the part that starts at `step` trains to: parts of equal expected cost, so
+    that an energy-phase part has 1/ENERGY_STEP_COST the steps of a likelihood-phase one."""
+    total, ml, part = spec.train["steps"] + spec.train["energy_steps"], spec.train["steps"], part_size(spec)
+    target = (_weighted_steps(spec, step) // part + 1) * part  # in weighted steps
+    stop = target if target <= ml else ml + -(-(target - ml) // ENERGY_STEP_COST)
+    return min(total, stop)
 
 
 def choose(waiting: list[RunSpec], left: Callable[[RunSpec], int], last: str | None = None) -> RunSpec:
@@ -73,7 +82,7 @@ def choose(waiting: list[RunSpec], left: Callable[[RunSpec], int], last: str | N
     equals), or `last` (whose part just ended) unless another has more than one part more left."""
     best = max(waiting, key=left)
     for spec in waiting:
-        if spec.name == last and left(best) - left(spec) <= remaining_cost(spec, 0) - remaining_cost(spec, part_steps(spec)):
+        if spec.name == last and left(best) - left(spec) <= remaining_cost(spec, 0) - remaining_cost(spec, part_size(spec)):
             return spec
     return best
 

@@ -81,6 +81,11 @@ class RunDirectory:
         """torch.save to a temporary name, then rename: a kill never leaves half a file."""
         atomic_write(self.file(name), lambda tmp: torch.save(payload, tmp))
 
+    def signature(self, name: str) -> tuple[int, ...]:
+        """(inode, mtime in ns, size) of a file: changes whenever it is replaced."""
+        stat = self.file(name).stat()
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
     def save_split(self, train: np.ndarray, test: np.ndarray) -> None:
         """The train/test frame indices, as `split.npz` with arrays `train` and `test`."""
         def write(tmp: Path) -> None:

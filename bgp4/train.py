@@ -73,6 +73,7 @@ class Trainer:
         self.interval: list[dict[str, float]] = []  # step infos since the last metrics record
         self.batch_nll = self._nll  # replaced by a compiled twin in `_compile`
         self._openmm = None  # OpenMMEnergy of the energy phase, opened when first needed
+        self._saved: tuple[int, ...] | None = None  # the checkpoint file as this Trainer last wrote it
         self._make_optimizer()
 
     # -- state -------------------------------------------------------------------------
@@ -113,11 +114,15 @@ class Trainer:
             "batch_rng": self.batch_gen.get_state(), "sample_rng": self.sample_gen.get_state(),
             "interval": self.interval,
         })
+        self._saved = self.run.signature(CHECKPOINT)
 
     def restore(self) -> bool:
-        """Load the last checkpoint if there is one; returns whether it did."""
+        """Load the last checkpoint if there is one (unless this Trainer wrote it and has trained no
+        further: a sweep's next part on the same worker); returns whether there was one."""
         if not self.run.file(CHECKPOINT).exists():
             return False
+        if self._saved is not None and self._saved == self.run.signature(CHECKPOINT):
+            return True
         state = self.run.load_torch(CHECKPOINT, map_location=self.device)
         self.step, self.skipped, self.wall = state["step"], state["skipped"], state["wall"]
         self.energy_evaluations = int(state.get("energy_evaluations", 0))
@@ -277,6 +282,7 @@ class Trainer:
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.phase, disable=not progress, unit="step")
         last_save, record = time.monotonic(), {}
         request = StopRequest(also=stop)
+        self._saved = None  # the state moves on from the checkpoint with the first step
         try:
             while self.step < end:
                 started = time.perf_counter()

@@ -131,13 +131,14 @@ def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
 
 
 def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_path):
-    from bgp4.dispatch import PARTS_PER_RUN, choose, next_stop, part_steps, remaining_cost
+    from bgp4.dispatch import ENERGY_STEP_COST, PARTS_PER_RUN, choose, next_stop, part_size, remaining_cost
 
     plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "p4inv"], 2, TrainSettings(steps=2400, energy_steps=200), 100)
     runs = {r.name: r for r in plan.runs}
-    part = part_steps(runs["rnvp-s0"])
-    assert part == 2600 // PARTS_PER_RUN + 1
-    assert [next_stop(runs["rnvp-s0"], s) for s in (0, part - 1, part, 2590)] == [part, part, 2 * part, 2600]
+    part = part_size(runs["rnvp-s0"])  # parts of equal cost: an energy step costs ENERGY_STEP_COST likelihood steps
+    assert ENERGY_STEP_COST == 3 and PARTS_PER_RUN == 12 and part == (2400 + 3 * 200) // 12 == 250
+    assert [next_stop(runs["rnvp-s0"], s) for s in (0, 249, 250, 2399)] == [250, 250, 500, 2400 + 34]
+    assert [next_stop(runs["rnvp-s0"], s) for s in (2434, 2516, 2517)] == [2517, 2517, 2600]  # 83 energy steps each
     # energy steps cost more than likelihood steps; P4Inv steps more than RNVP steps
     assert remaining_cost(runs["rnvp-s0"], 2400) > remaining_cost(runs["rnvp-s0"], 2200) - remaining_cost(runs["rnvp-s0"], 2400)
     assert remaining_cost(runs["rnvp-s0"], 2600) == 0
