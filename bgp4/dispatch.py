@@ -15,6 +15,7 @@ they arrive, whatever their priority.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -118,8 +119,8 @@ class Dispatch:
     def left(self, spec: RunSpec) -> int:
         return 0 if self.trained[spec.name] else remaining_cost(spec, self.step[spec.name])
 
-    def submit(self, queue: Any) -> None:
-        """Fill the free slots from `waiting`; new futures go to the as_completed `queue`."""
+    def submit(self) -> None:
+        """Fill the free slots from `waiting`."""
         if time.monotonic() - self.slots_at >= SLOTS_EVERY_S:
             self.slots, self.slots_at = task_slots(self.client, self.gpus), time.monotonic()
         while self.waiting and len(self.running) < self.slots:
@@ -132,20 +133,19 @@ class Dispatch:
                 task, args = train_task, (spec, next_stop(spec, self.step[spec.name]), self.stop_event)
             future = self.client.submit(task, *args, pure=False, retries=RETRIES, resources=self.resources)
             self.running[future] = spec
-            queue.add(future)
 
     def follow(self, progress: bool, ask_to_stop: Callable[[], None]) -> tuple[dict[str, str], dict[str, bool]]:
         """Run everything with one bar over runs (and the steps of the runs in training); returns
         (failed run -> reason, stopped run -> whether it had started). The first Ctrl-C or SIGTERM
         calls `ask_to_stop` and waits for the running tasks to save their checkpoints; a second
         one stops at once."""
-        from distributed import as_completed
+        from distributed import TimeoutError as WaitedEnough
+        from distributed import wait
         from tqdm.auto import tqdm
 
         failures: dict[str, str] = {}
         stopped: dict[str, bool] = {}
         total = len(self.waiting)
-        queue = as_completed()
         shown = ""
         request, asked = StopRequest(), False
         try:
@@ -160,15 +160,16 @@ class Dispatch:
                         stopped.update({s.name: self.step[s.name] > 0 or self.trained[s.name] for s in self.waiting})
                         self.waiting = []
                     else:
-                        self.submit(queue)
-                    for future in queue.next_batch(block=False):
+                        self.submit()
+                    with contextlib.suppress(WaitedEnough):  # back within 0.5 s: a stop request, a new slot
+                        wait(list(self.running), timeout=0.5, return_when="FIRST_COMPLETED")
+                    for future in [f for f in self.running if f.done()]:
                         spec = self.running.pop(future)
                         bar.update(self._settle(future, spec, failures, stopped, bar.write))
                     steps = ", ".join(f"{s.name} {self.step[s.name]}/{s.train['steps'] + s.train['energy_steps']}"
                                       for s in list(self.running.values())[:4] if not self.trained[s.name])
                     if steps != shown:
                         bar.set_postfix_str(shown := steps, refresh=True)
-                    time.sleep(0.2)
         finally:
             request.restore()
         return failures, stopped

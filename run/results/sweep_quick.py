@@ -11,7 +11,8 @@ Prints the wall times, the speedup, and the sweep's overhead: its wall time agai
 its tasks' own wall times divided by the number of workers (what a perfect scheduler needs).
 The sweep hands out each run's training in parts; per run it also prints the task time beyond the
 training steps themselves (building the run on a worker, restoring checkpoints, evaluations,
-sampling, analysis), and per worker process how long it sat idle before the last task ended.
+sampling, analysis), and per worker process how long it sat idle before the last task ended;
+`OUT/tasks.txt` lists every task with its start, end and worker.
 `--tiny` uses a few dozen steps and few samples (a smoke test of this script, minutes).
 `--sweep-only` skips step 2 (no speedup then): the overhead needs only the sweep's own times.
 """
@@ -45,6 +46,23 @@ def cpu_times() -> tuple[int, int]:
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return sum(fields) - idle, sum(fields)
+
+
+def write_timeline(runs_dir: Path, path: Path) -> None:
+    """Every task of a sweep by start time (s from the first start), from the runs' sweep-tasks.jsonl."""
+    rows = []
+    for tasks in sorted(runs_dir.glob("*/sweep-tasks.jsonl")):
+        for line in tasks.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                rows.append((record["ended"] - record["wall_s"], tasks.parent.name, record))
+    t0 = min(start for start, _, _ in rows)
+    lines = ["start_s   end_s  wall_s  worker  run  task"]
+    for start, run, r in sorted(rows, key=lambda row: row[0]):
+        what = f"train to step {r['until']}" if r["task"] == "train" else "sample and analyze"
+        built = f" (built the run: {r['build_s']:.1f} s)" if r.get("build_s") else ""
+        lines.append(f"{start - t0:7.1f} {r['ended'] - t0:7.1f} {r['wall_s']:6.1f}  {r['worker'].split()[-1]}  {run}  {what}{built}")
+    path.write_text("\n".join(lines) + "\n")
 
 
 def main() -> None:
@@ -96,6 +114,7 @@ def main() -> None:
     }
     print(json.dumps(result, indent=1))
     (a.out / "sweep_quick.json").write_text(json.dumps(result, indent=1))
+    write_timeline(runs_dir, a.out / "tasks.txt")
 
 
 if __name__ == "__main__":
