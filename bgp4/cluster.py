@@ -21,7 +21,7 @@ CONNECT_TIMEOUT_S = 10
 
 
 def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, workers: int | None) -> int:
-    """Workers of the default local cluster: one run each, workers x threads <= cores (and GPUs)."""
+    """Workers of the default local cluster: one task each, workers x threads <= cores (and GPUs)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     size = max(1, cores // threads_per_run)
     if gpus_per_run > 0:
@@ -61,11 +61,15 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
             raise InputError(f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})") from None
         with client:
             _register(client, TrainerCache())
-            if gpus_per_run > 0:
-                offered = [w.get("resources", {}).get("GPU", 0) for w in client.scheduler_info()["workers"].values()]
-                if offered and max(offered) < gpus_per_run:
-                    raise InputError(f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1")
-            yield client
+            try:
+                if gpus_per_run > 0:
+                    offered = [w.get("resources", {}).get("GPU", 0) for w in client.scheduler_info()["workers"].values()]
+                    if offered and max(offered) < gpus_per_run:
+                        raise InputError(f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1")
+                yield client
+            finally:  # these workers outlive the sweep: they let go of the runs they keep ready
+                with contextlib.suppress(Exception):
+                    client.unregister_worker_plugin(TrainerCache.name)
         return
     resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
     # no memory limit: a nanny restart for memory would only repeat the part a worker was on
@@ -86,12 +90,12 @@ def task_slots(client: Any, gpus_per_run: float) -> int:
     each), or on GPU workers as many runs as their GPU resources allow; at least 1."""
     try:
         workers = client.scheduler_info(n_workers=-1)["workers"].values()  # all of them, not the first 5
-    except TypeError:  # distributed < 2025: there is no such argument, and it lists all
+    except TypeError:  # a version without the argument lists them all
         workers = client.scheduler_info()["workers"].values()
     slots = 0
     for worker in workers:
+        threads = int(worker.get("nthreads", 1))  # a worker runs as many tasks at once as it has threads
         if gpus_per_run > 0:
-            slots += int(worker.get("resources", {}).get("GPU", 0) / gpus_per_run + 1e-9)
-        else:
-            slots += int(worker.get("nthreads", 1))
+            threads = min(threads, int(worker.get("resources", {}).get("GPU", 0) / gpus_per_run + 1e-9))
+        slots += threads
     return max(1, slots)

@@ -83,7 +83,7 @@ def choose(waiting: list[RunSpec], left: Callable[[RunSpec], int], last: str | N
     equals), or `last` (whose part just ended) unless another has more than one part more left."""
     best = max(waiting, key=left)
     for spec in waiting:
-        if spec.name == last and left(best) - left(spec) <= remaining_cost(spec, 0) - remaining_cost(spec, part_size(spec)):
+        if spec.name == last and left(best) - left(spec) <= part_size(spec) * spec.train["batch"] * STEP_COST.get(spec.model, 1.0):
             return spec
     return best
 
@@ -166,7 +166,7 @@ class Dispatch:
                     for future in [f for f in self.running if f.done()]:
                         spec = self.running.pop(future)
                         bar.update(self._settle(future, spec, failures, stopped, bar.write))
-                    steps = ", ".join(f"{s.name} {self.step[s.name]}/{s.train['steps'] + s.train['energy_steps']}"
+                    steps = ", ".join(f"{s.name} {max(self.step[s.name], _recorded_step(s))}/{s.train['steps'] + s.train['energy_steps']}"
                                       for s in list(self.running.values())[:4] if not self.trained[s.name])
                     if steps != shown:
                         bar.set_postfix_str(shown := steps, refresh=True)
@@ -177,7 +177,9 @@ class Dispatch:
     def _settle(self, future: Any, spec: RunSpec, failures: dict[str, str], stopped: dict[str, bool],
                 write: Callable[[str], None]) -> int:
         """Record one finished task; returns how many runs it settled (0 or 1)."""
-        if future.status == "error":
+        if future.status == "cancelled":
+            failures[spec.name] = "its task was cancelled"
+        elif future.status == "error":
             error = future.exception()
             failures[spec.name] = (str(error).strip().splitlines() or [type(error).__name__])[0]
         else:
@@ -187,6 +189,8 @@ class Dispatch:
                 return 1
             if "error" in result:
                 failures[spec.name] = result["error"]
+            elif "step" in result and not result["complete"] and result["step"] < next_stop(spec, self.step[spec.name]):
+                failures[spec.name] = f"a part of its training stopped at step {result['step']} for no reason given"
             elif "step" in result:  # a part of the training
                 self.step[spec.name], self.trained[spec.name] = result["step"], result["complete"]
                 if result["complete"]:

@@ -115,8 +115,10 @@ class RunDirectory:
 
     def truncate_log(self, step: int) -> None:
         """Drop records written after global step `step` (they are redone after a resume)."""
-        kept = [r for r in self.records() if r.get("global_step", 0) <= step]
-        atomic_write(self.file(METRICS), "".join(json.dumps(r) + "\n" for r in kept))
+        records = list(self.records())
+        kept = [r for r in records if r.get("global_step", 0) <= step]
+        if len(kept) < len(records) or not self.file(METRICS).exists():
+            atomic_write(self.file(METRICS), "".join(json.dumps(r) + "\n" for r in kept))
 
 
 # what a run started from another (--init) must share with it: the architecture, and the data and

@@ -108,7 +108,8 @@ class TrainerCache(WorkerPlugin):
     """The Trainers of the last CACHED_RUNS runs a worker process trained a part of.
 
     A part taken from here skips loading the data, mapping it to flow coordinates and compiling
-    (seconds to a minute): it only restores the run's checkpoint. A Trainer is taken out while a
+    (seconds to a minute): it goes on from the run's checkpoint, without even reading it when this
+    Trainer wrote it. A Trainer is taken out while a
     task uses it, so two tasks never share one; a task that fails does not put it back.
     """
 
@@ -123,9 +124,12 @@ class TrainerCache(WorkerPlugin):
             return self.trainers.pop(key, None)
 
     def put(self, key: str, trainer: Any) -> None:
+        """Keep `trainer`; let go of the oldest beyond CACHED_RUNS and of runs finished elsewhere."""
         with self.lock:
+            evicted = [self.trainers.pop(key)] if key in self.trainers else []
             self.trainers[key] = trainer
-            evicted = [self.trainers.popitem(last=False)[1] for _ in range(len(self.trainers) - CACHED_RUNS)]
+            evicted += [self.trainers.pop(k) for k, t in list(self.trainers.items()) if t.run.complete]
+            evicted += [self.trainers.popitem(last=False)[1] for _ in range(len(self.trainers) - CACHED_RUNS)]
         for old in evicted:
             old.close()
 
@@ -308,8 +312,11 @@ def _add_task_record(run: Path, record: dict[str, Any]) -> None:
 
 def _task_records(run: Path) -> list[dict[str, Any]]:
     path = run / TASKS_FILE
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [json.loads(line) for line in lines if line.strip()]
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):  # a line cut off by a killed task
+            records.append(json.loads(line))
+    return records
 
 
 def _worker_address() -> str | None:

@@ -122,6 +122,7 @@ class Trainer:
         if not self.run.file(CHECKPOINT).exists():
             return False
         if self._saved is not None and self._saved == self.run.signature(CHECKPOINT):
+            self.run.truncate_log(self.step)  # records of a part another worker began after it
             return True
         state = self.run.load_torch(CHECKPOINT, map_location=self.device)
         self.step, self.skipped, self.wall = state["step"], state["skipped"], state["wall"]
@@ -308,6 +309,7 @@ class Trainer:
                     self.checkpoint()
                     raise KeyboardInterrupt
         except BaseException:
+            self._saved = None  # it may have trained on after its last checkpoint
             self.close()
             raise
         finally:

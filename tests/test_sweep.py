@@ -22,6 +22,7 @@ from bgp4.sweep import plan_sweep
 REAL_DATA = Path("/work/main/out/data/ala2-600K.h5")
 TINY = ["--steps", "60", "--energy-steps", "5", "--blocks", "2", "--hidden", "16", "--batch", "64",
         "--eval-every", "20", "--samples", "300", "--quiet"]
+TINY_PARTS = [*TINY[:TINY.index("--steps")], "--steps", "300", *TINY[TINY.index("--steps") + 2:]]  # 4 parts per run
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +188,7 @@ def _records(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def tiny_sweep(data_file, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
-    result = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY, cwd=root)
+    result = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY_PARTS, cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "s", result
 
@@ -219,6 +220,28 @@ def test_tiny_sweep_writes_runs_and_a_report_over_seeds(tiny_sweep):
 
 
 @pytest.mark.slow
+def test_a_run_trained_in_parts_by_the_sweep_equals_an_unbroken_run(tiny_sweep, tmp_path):
+    import dataclasses
+
+    import torch
+
+    from bgp4.train import train
+
+    out, _ = tiny_sweep
+    for run in (out / "runs").iterdir():
+        tasks = [json.loads(line) for line in (run / "sweep-tasks.jsonl").read_text().splitlines()]
+        assert [t["until"] for t in tasks if t["task"] == "train"] == [100, 200, 300, 305]
+        assert [t["task"] for t in tasks][-1] == "finish"
+    run = out / "runs" / "p4inv-s1"
+    stored = json.loads((run / "settings.json").read_text())
+    settings = TrainSettings(**{f.name: stored[f.name] for f in dataclasses.fields(TrainSettings)})
+    train(settings, tmp_path / "unbroken", progress=False)
+    parts, unbroken = (torch.load(r / "model.pt", weights_only=True)["state_dict"] for r in (run, tmp_path / "unbroken"))
+    assert parts.keys() == unbroken.keys() and all(torch.equal(parts[k], unbroken[k]) for k in parts)
+    assert [r["global_step"] for r in _records(run)] == [r["global_step"] for r in _records(tmp_path / "unbroken")]
+
+
+@pytest.mark.slow
 def test_report_figures_drawn_elsewhere_or_here_when_that_fails(tiny_sweep):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -244,7 +267,7 @@ def test_rerun_skips_every_finished_run(tiny_sweep, data_file):
     out, _ = tiny_sweep
     models = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
     logs = {p: p.read_text() for p in (out / "runs").glob("*/log.txt")}
-    again = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY, cwd=out.parent)
+    again = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY_PARTS, cwd=out.parent)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "all 4 runs are complete" in again.stdout
     assert models == {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
