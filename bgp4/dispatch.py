@@ -1,7 +1,7 @@
 """Handing a sweep's runs to Dask in parts, the run with the most training left first.
 
-A run's training is cut into about PARTS_PER_RUN parts of equal expected cost (`train_task` trains to a step and saves a
-checkpoint), and its last task samples and analyzes it (`finish_task`). The client keeps at most
+A run's training is cut into about PARTS_PER_RUN parts of equal expected cost (`train_task`
+trains to a step and saves a checkpoint), and its last task samples and analyzes it (`finish_task`). The client keeps at most
 as many tasks on the cluster as its workers hold at once (`task_slots`) and gives each free slot to
 the run with the most training left, so that the runs advance together and the workers finish
 together: at the end a worker waits for about one part of one run, where with whole runs it could
@@ -27,8 +27,8 @@ from bgp4.sweep_tasks import finish_task, train_task
 if TYPE_CHECKING:
     from bgp4.sweep import RunSpec
 
-__all__ = ["PARTS_PER_RUN", "MIN_PART_STEPS", "ENERGY_STEP_COST", "STEP_COST", "RETRIES", "Dispatch", "choose", "expected_cost",
-           "next_stop", "part_size", "remaining_cost"]
+__all__ = ["PARTS_PER_RUN", "MIN_PART_STEPS", "ENERGY_STEP_COST", "STEP_COST", "RETRIES", "Dispatch", "choose",
+           "expected_cost", "next_stop", "part_size", "remaining_cost"]
 
 #: Parts each run's training is handed out in.
 PARTS_PER_RUN = 12
@@ -54,8 +54,12 @@ def expected_cost(spec: RunSpec) -> int:
 
 def remaining_cost(spec: RunSpec, step: int) -> int:
     """The expected cost of a run's training from global step `step` on, as `expected_cost`."""
-    total = _weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"])
-    return int((total - _weighted_steps(spec, step)) * spec.train["batch"] * STEP_COST.get(spec.model, 1.0))
+    return _cost(spec, _weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"]) - _weighted_steps(spec, step))
+
+
+def _cost(spec: RunSpec, weighted_steps: int) -> int:
+    """rnvp-step-frames of `weighted_steps` likelihood steps of this run."""
+    return int(weighted_steps * spec.train["batch"] * STEP_COST.get(spec.model, 1.0))
 
 
 def _weighted_steps(spec: RunSpec, step: int) -> int:
@@ -83,7 +87,7 @@ def choose(waiting: list[RunSpec], left: Callable[[RunSpec], int], last: str | N
     equals), or `last` (whose part just ended) unless another has more than one part more left."""
     best = max(waiting, key=left)
     for spec in waiting:
-        if spec.name == last and left(best) - left(spec) <= part_size(spec) * spec.train["batch"] * STEP_COST.get(spec.model, 1.0):
+        if spec.name == last and left(best) - left(spec) <= _cost(spec, part_size(spec)):
             return spec
     return best
 

@@ -221,7 +221,7 @@ def train_task(spec: RunSpec, until: int, stop_event: str | None = None) -> dict
     """Train one run to global step `until` (from its checkpoint) and save a checkpoint there;
     when that is the last step, also write model.pt and complete.json.
 
-    Returns {"run", "step", "complete", "wall_s", "build_s", "worker"}, or as `_as_task` says.
+    Returns {"run", "step", "complete", "wall_s"}, or as `_as_task` says.
     """
     return _as_task(spec, stop_event, lambda stop: _train_part(spec, until, stop))
 
@@ -268,8 +268,7 @@ def _train_part(spec: RunSpec, until: int, stop: Callable[[], bool]) -> dict[str
         say(f"task finished in {wall:.1f} s at step {step}" + (f" (building the run: {build:.1f} s)" if build else ""))
         _add_task_record(run, {"task": "train", "until": until, "step": step, "wall_s": round(wall, 3),
                                "build_s": round(build, 3)})
-    return {"run": spec.name, "step": step, "complete": summary is not None, "wall_s": wall, "build_s": build,
-            "worker": _worker_address()}
+    return {"run": spec.name, "step": step, "complete": summary is not None, "wall_s": wall}
 
 
 def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
@@ -300,7 +299,7 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
                    "build_s": round(sum(t.get("build_s", 0.0) for t in tasks), 2)}
         atomic_write(run / DONE_FILE, json.dumps(payload, indent=1))
         say(f"task finished in {wall:.1f} s")
-    return {"run": spec.name, "sampled": sampled, "analyzed": analyzed, "wall_s": wall, "worker": _worker_address()}
+    return {"run": spec.name, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
 
 
 def _add_task_record(run: Path, record: dict[str, Any]) -> None:
@@ -317,15 +316,6 @@ def _task_records(run: Path) -> list[dict[str, Any]]:
         with contextlib.suppress(ValueError):  # a line cut off by a killed task
             records.append(json.loads(line))
     return records
-
-
-def _worker_address() -> str | None:
-    try:
-        from distributed import get_worker
-
-        return get_worker().address
-    except ValueError:
-        return None
 
 
 # `bgp4 simulate` as a worker's child: it dies with the worker (which may be killed when the sweep
