@@ -4,11 +4,14 @@ Every file bgp4 replaces in place (settings, checkpoints, split, metrics log, tr
 replica states) goes through `atomic_write`: write a temporary file beside the target, fsync it,
 rename it over the target, fsync the directory so the rename itself survives a power cut.
 """
+
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Union
+from typing import Union
 
 __all__ = ["atomic_write", "temporary_path"]
 
@@ -59,3 +62,17 @@ def _fsync_directory(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def file_fingerprint(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """A cheap identity of a file's content: its size and a SHA-256 of its first and last `chunk`
+    bytes. A copied or moved file keeps it; other MD data differs in its first frames already."""
+    path = Path(path)
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        digest.update(f.read(chunk))
+        if size > chunk:
+            f.seek(max(chunk, size - chunk))
+            digest.update(f.read(chunk))
+    return f"{size}:{digest.hexdigest()[:32]}"

@@ -4,6 +4,7 @@ Module initialization (nn.Linear) and P4Inv's redraw of v after a merge draw fro
 generators. Training runs them inside `with rng:` so that a run is reproducible from its seed
 without reseeding (and thereby changing) the caller's global generators.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -28,7 +29,7 @@ class PrivateRNG:
             self.cuda_state = torch.Generator(device=f"cuda:{self.cuda}").manual_seed(seed).get_state()
         self._outer: list[Any] = []
 
-    def __enter__(self) -> "PrivateRNG":
+    def __enter__(self) -> PrivateRNG:
         self._outer.append((torch.get_rng_state(), self._get_cuda()))
         torch.set_rng_state(self.cpu_state)
         if self.cuda is not None:

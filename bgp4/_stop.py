@@ -1,9 +1,11 @@
 """Stop a long loop at a step boundary on Ctrl-C or SIGTERM, so that its checkpoint is whole."""
+
 from __future__ import annotations
 
 import signal
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["StopRequest"]
 

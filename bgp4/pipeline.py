@@ -4,11 +4,13 @@ Every stage that is already complete in the output directory is skipped, so a pi
 stopped can be started again with the same command. Layout of `out`:
 `data/ala2-600K.h5`, `runs/<model>/` (each with `samples.h5`), `report/`.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bgp4.errors import InputError
 
@@ -32,9 +34,17 @@ PRESETS: dict[str, dict[str, Any]] = {
         "models": ("rnvp", "p4inv", "spline", "spline-p4inv"),
         # augment: the methyl relabelling lifted the spline flow's test NLL by 0.10 nats and its
         # reverse ESS from 0.61 to 0.75 at the end of the likelihood phase (README)
-        "by_model": {kind: {"steps": 6_000, "energy_steps": 1_500, "batch": 512, "energy_weight": 1.0, "energy_lr": 3e-5,
-                            "augment": True}
-                     for kind in ("spline", "spline-p4inv")},
+        "by_model": {
+            kind: {
+                "steps": 6_000,
+                "energy_steps": 1_500,
+                "batch": 512,
+                "energy_weight": 1.0,
+                "energy_lr": 3e-5,
+                "augment": True,
+            }
+            for kind in ("spline", "spline-p4inv")
+        },
     },
 }
 
@@ -45,14 +55,20 @@ def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
     return {**p["train"], **p.get("by_model", {}).get(model, {})}
 
 
-def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "auto", progress: bool = True,
-                 say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_pipeline(
+    preset: str,
+    out: str | Path,
+    seed: int = 0,
+    device: str = "auto",
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run (or finish) every stage of `preset` into `out`; returns the analysis metrics."""
-    from bgp4.md import MDSettings, completed, simulate
-    from bgp4.report import analyze, format_number
-    from bgp4.sample import SampleSettings, sample_run
-    from bgp4.config import TrainSettings
-    from bgp4.train import train
+    from bgp4.generator.sample import SampleSettings, sample_run
+    from bgp4.generator.train import train
+    from bgp4.report.analyze import analyze, format_number
+    from bgp4.settings import TrainSettings
+    from bgp4.simulation.md import MDSettings, completed, simulate
 
     if preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
@@ -69,12 +85,18 @@ def run_pipeline(preset: str, out: str | Path, seed: int = 0, device: str = "aut
     runs = []
     for model in p["models"]:
         run = out / "runs" / model
-        settings = TrainSettings(data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model))
+        settings = TrainSettings(
+            data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model)
+        )
         summary, trained = train(settings, run, progress=progress)
-        say(f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL {format_number(summary.get('test_nll_end'))}")
+        say(
+            f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL {format_number(summary.get('test_nll_end'))}"
+        )
         summary, sampled = sample_run(run, SampleSettings(seed=seed, device=device, **p["sample"]), progress=progress)
-        say(f"sample {model}: {'done' if sampled else 'complete, skipped'}; {summary.get('samples')} samples, "
-            f"mean energy {format_number(summary.get('mean_energy_kT'))} kT")
+        say(
+            f"sample {model}: {'done' if sampled else 'complete, skipped'}; {summary.get('samples')} samples, "
+            f"mean energy {format_number(summary.get('mean_energy_kT'))} kT"
+        )
         runs.append(run)
     metrics = analyze(data, runs, out / "report", seed=seed)
     say(f"analyze: report in {out / 'report' / 'report.md'}")

@@ -5,6 +5,7 @@ on CPU: about 15,000 steps/s per core here against 500-4,000 for the CPU platfor
 worker thread is slow to wake on these virtual machines. A GPU context is dominated by
 launch latency at this size, so `auto` picks Reference unless asked otherwise.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -34,7 +35,9 @@ def resolve_platform(name: str = "auto") -> str:
     if canonical == "auto":
         return "Reference"
     if canonical not in available_platforms():
-        raise InputError(f"OpenMM platform {canonical!r} is not available here (have: {', '.join(available_platforms())})")
+        raise InputError(
+            f"OpenMM platform {canonical!r} is not available here (have: {', '.join(available_platforms())})"
+        )
     return canonical
 
 
@@ -45,7 +48,7 @@ def get_platform(name: str = "auto") -> tuple[openmm.Platform, dict[str, str]]:
     return openmm.Platform.getPlatformByName(canonical), props
 
 
-def resolve_device(name: str) -> "torch.device":
+def resolve_device(name: str) -> torch.device:
     """torch device for `name`: `auto` -> CUDA when torch sees a GPU, else CPU; raises InputError
     for CUDA without a GPU, or a name torch does not know."""
     import torch

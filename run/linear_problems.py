@@ -14,6 +14,7 @@ and the paper's findings (N = 1 as fast as a plain layer, N = 50 about twice as 
 Writes to --out (default runs/linear_problems): <problem>_loss.png, <problem>_eigenvalues.png,
 negeye_det_residual.png and summary.json; prints the summary. `--quick` is a < 30 s smoke run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from bgp4.analysis.plots import STYLE
 from bgp4.flows.p4inv import P4InvLinear, P4InvScheduler
-from bgp4.plots import STYLE
 
 LR = 1e-2
 BATCH = 256
@@ -71,11 +72,26 @@ def make_problems(seed: int, dtype: torch.dtype, steps: dict[str, int]) -> list[
         orth[:, 0] = -orth[:, 0]  # into SO(128)
     p4 = [Method("P4Inv N=1", "p4inv")]
     return [
-        Problem("posdef", posdef.to(dtype), 0.1, steps["posdef"],
-                [Method("linear", "linear"), *p4, Method("P4Inv N=10", "p4inv", 10),
-                 Method("P4Inv N=50", "p4inv", 50), Method("inverse P4Inv N=1", "inverse")]),
-        Problem("orthogonal", orth.to(dtype), 0.1, steps["orthogonal"],
-                [Method("linear", "linear"), *p4, Method("inverse P4Inv N=1", "inverse")]),
+        Problem(
+            "posdef",
+            posdef.to(dtype),
+            0.1,
+            steps["posdef"],
+            [
+                Method("linear", "linear"),
+                *p4,
+                Method("P4Inv N=10", "p4inv", 10),
+                Method("P4Inv N=50", "p4inv", 50),
+                Method("inverse P4Inv N=1", "inverse"),
+            ],
+        ),
+        Problem(
+            "orthogonal",
+            orth.to(dtype),
+            0.1,
+            steps["orthogonal"],
+            [Method("linear", "linear"), *p4, Method("inverse P4Inv N=1", "inverse")],
+        ),
         Problem("negeye", -torch.eye(101, dtype=dtype), 0.0, steps["negeye"], [Method("linear", "linear"), *p4]),
     ]
 
@@ -154,15 +170,21 @@ def train(problem: Problem, method: Method, seed: int, eig_records: int = 60) ->
         "final_logabsdet": hist["logabsdet"][-1],
     }
     if scheduler:
-        result.update(final_residual=hist["residual"][-1], max_residual=max(hist["residual"]),
-                      schedule=dict(scheduler.stats))
+        result.update(
+            final_residual=hist["residual"][-1], max_residual=max(hist["residual"]), schedule=dict(scheduler.stats)
+        )
         # The layer's own bookkeeping of det, next to the one recomputed from the matrix.
         with torch.no_grad():
             sign, logabsdet = model.slogdet()
         result.update(tracked_sign_det=float(sign), tracked_logabsdet=float(logabsdet))
     arrays = {k: np.asarray(v) for k, v in hist.items()}
-    return {"result": result, "loss": losses, "hist": arrays, "eig_steps": np.asarray(eig_steps),
-            "eigs": np.stack(eigs)}
+    return {
+        "result": result,
+        "loss": losses,
+        "hist": arrays,
+        "eig_steps": np.asarray(eig_steps),
+        "eigs": np.stack(eigs),
+    }
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -194,8 +216,16 @@ def plot_eigenvalues(problem: Problem, runs: dict[str, dict[str, Any]], path: Pa
         eigs, steps = run["eigs"], run["eig_steps"]
         colors = np.repeat(steps / max(steps[-1], 1), eigs.shape[1])
         ax.scatter(eigs.real.ravel(), eigs.imag.ravel(), c=colors, s=2, cmap="viridis", lw=0)
-        ax.scatter(target_eigs.real, target_eigs.imag, marker="s", s=22, facecolors="none",
-                   edgecolors="black", lw=0.8, label="target")
+        ax.scatter(
+            target_eigs.real,
+            target_eigs.imag,
+            marker="s",
+            s=22,
+            facecolors="none",
+            edgecolors="black",
+            lw=0.8,
+            label="target",
+        )
         ax.scatter(eigs[-1].real, eigs[-1].imag, marker="x", s=14, color="red", lw=0.8, label="final")
         ax.axhline(0, color="0.8", lw=0.5)
         ax.axvline(0, color="0.8", lw=0.5)
@@ -253,26 +283,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             done = [f.result() for f in futures]
     else:
         done = [train(p, m, args.seed) for p, m in jobs]
-    summary: dict[str, Any] = {"settings": {"lr": LR, "batch": BATCH, "data": "x ~ N(0, I)",
-                                            "loss": "mean over batch and dims", "seed": args.seed,
-                                            "dtype": args.dtype, "n_force": N_FORCE, "n_correct": N_CORRECT}}
+    summary: dict[str, Any] = {
+        "settings": {
+            "lr": LR,
+            "batch": BATCH,
+            "data": "x ~ N(0, I)",
+            "loss": "mean over batch and dims",
+            "seed": args.seed,
+            "dtype": args.dtype,
+            "n_force": N_FORCE,
+            "n_correct": N_CORRECT,
+        }
+    }
     with matplotlib.rc_context(STYLE):
         for problem in problems:
             runs = {m.label: run for (p, m), run in zip(jobs, done) if p is problem}
-            summary[problem.name] = {"steps": problem.steps, "penalty": problem.penalty,
-                                     **{label: run["result"] for label, run in runs.items()}}
+            summary[problem.name] = {
+                "steps": problem.steps,
+                "penalty": problem.penalty,
+                **{label: run["result"] for label, run in runs.items()},
+            }
             for label, run in runs.items():
                 r = run["result"]
-                print(f"{problem.name:10s} {label:18s} loss {r['final_loss']:.2e}  max|M-T| {r['final_max_error']:.2e}"
-                      f"  steps to 1e-6: {r['steps_to_loss_1e-6']}  residual {r.get('final_residual', 0):.1e}"
-                      f" (max {r.get('max_residual', 0):.1e})  ({r['seconds']:.1f} s)")
+                print(
+                    f"{problem.name:10s} {label:18s} loss {r['final_loss']:.2e}  max|M-T| {r['final_max_error']:.2e}"
+                    f"  steps to 1e-6: {r['steps_to_loss_1e-6']}  residual {r.get('final_residual', 0):.1e}"
+                    f" (max {r.get('max_residual', 0):.1e})  ({r['seconds']:.1f} s)"
+                )
             plot_losses(problem, runs, args.out / f"{problem.name}_loss.png")
             plot_eigenvalues(problem, runs, args.out / f"{problem.name}_eigenvalues.png")
             if problem.name == "negeye":
                 plot_det_residual(runs, args.out / "negeye_det_residual.png")
                 r = runs["P4Inv N=1"]["result"]
-                summary["negeye_reached"] = bool(r["final_max_error"] < 1e-2 and r["tracked_sign_det"] < 0
-                                                 and r["final_sign_det"] < 0)
+                summary["negeye_reached"] = bool(
+                    r["final_max_error"] < 1e-2 and r["tracked_sign_det"] < 0 and r["final_sign_det"] < 0
+                )
                 # Roundoff amplified while A is near singular: float64 keeps this near 1e-11.
                 summary["negeye_tracked_logdet_error"] = r["tracked_logabsdet"] - r["final_logabsdet"]
                 summary["negeye_inverse_recovered"] = bool(r["final_residual"] < 1e-5)

@@ -1,4 +1,5 @@
 """Shared fixtures: the molecule, a short real 600 K MD trajectory (plain OpenMM), the CLI in-process."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -7,7 +8,7 @@ import numpy as np
 import openmm
 import pytest
 
-from bgp4.molecule import alanine_dipeptide
+from bgp4.simulation.molecule import alanine_dipeptide
 
 
 @pytest.fixture(scope="session")

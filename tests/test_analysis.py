@@ -1,4 +1,5 @@
-"""Known-answer tests for the sample-quality metrics (bgp4.analysis)."""
+"""Known-answer tests for the sample-quality metrics (bgp4.analysis.estimators)."""
+
 from __future__ import annotations
 
 import math
@@ -7,9 +8,9 @@ import mdtraj
 import numpy as np
 import pytest
 
-from bgp4 import analysis
+from bgp4.analysis import estimators as analysis
 from bgp4.errors import InputError
-from bgp4.molecule import PHI, PSI
+from bgp4.simulation.molecule import PHI, PSI
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,8 @@ def test_ramachandran_kl(md_angles):
     # Weights that switch off the missing half reproduce the same value.
     weights = half.astype(float)
     assert analysis.ramachandran_kl(phi, psi, phi, psi, weights=weights) == pytest.approx(
-        analysis.ramachandran_kl(phi, psi, phi[half], psi[half]))
+        analysis.ramachandran_kl(phi, psi, phi[half], psi[half])
+    )
     assert math.isnan(analysis.ramachandran_kl(phi, psi, np.zeros(0), np.zeros(0)))
 
 
@@ -170,7 +172,9 @@ def test_noise_raises_the_energy(md_frames, molecule):
 
     frames, energies = md_frames
     noisy = analysis.noisy_reference(frames[:50], rng=0)
-    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     noisy_energies = []
     for frame in noisy:
         context.setPositions(frame)
@@ -224,7 +228,8 @@ def test_weighted_quantile_equals_unweighted_and_repeats():
     counts = rng.integers(0, 4, size=values.size)
     np.testing.assert_array_equal(
         analysis.weighted_quantile(np.append(values, np.nan), probs, weights=np.append(counts, 5.0)),
-        np.quantile(np.repeat(values, counts), probs, method="inverted_cdf"))
+        np.quantile(np.repeat(values, counts), probs, method="inverted_cdf"),
+    )
     assert np.isnan(analysis.weighted_quantile(np.zeros(0), [0.5])).all()
     with pytest.raises(InputError, match=r"\[0, 1\]"):
         analysis.weighted_quantile(values, [1.5])

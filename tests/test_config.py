@@ -1,10 +1,11 @@
 """Config files: TOML and YAML by option name, precedence, unknown keys and bad values refused."""
+
 from __future__ import annotations
 
 import pytest
 
-from bgp4.config import TrainSettings, merge_settings, read_config_file
 from bgp4.errors import InputError
+from bgp4.settings import TrainSettings, merge_settings, read_config_file
 
 
 def test_toml_and_yaml_give_the_same_settings_with_dashes_or_underscores(tmp_path):

@@ -1,4 +1,5 @@
 """Mixed coordinate transform: round trips, Jacobian, superposition, domain flags, shells."""
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ import torch
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
 from bgp4.flows.torsions import _sparsest_cut
-from bgp4.molecule import constrained_bonds
+from bgp4.simulation.molecule import constrained_bonds
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +203,9 @@ def test_no_constrained_pair_is_left_as_a_flow_dimension(frames, molecule):
     bonds, _, _ = t.internal_coordinates(t.to_cartesian(y)[0])
     for row in t.fixed_rows:
         a, b = t.z_matrix[row][:2]
-        assert torch.allclose(bonds[:, row], torch.full((50,), pairs[(min(a, b), max(a, b))], dtype=torch.float64), atol=1e-9)
+        assert torch.allclose(
+            bonds[:, row], torch.full((50,), pairs[(min(a, b), max(a, b))], dtype=torch.float64), atol=1e-9
+        )
 
 
 def test_circular_torsions_round_trip_and_are_chosen_from_the_data(frames, molecule):

@@ -1,4 +1,5 @@
 """OpenMMEnergy: agreement with plain OpenMM, autograd, units, bad inputs, worker lifetime."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,10 @@ import openmm
 import pytest
 import torch
 
-from bgp4 import _energy_pool
-from bgp4.energy import OpenMMEnergy, regularize_energy
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.molecule import kT
+from bgp4.simulation import _energy_pool
+from bgp4.simulation.energy import OpenMMEnergy, regularize_energy
+from bgp4.simulation.molecule import kT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,13 +36,17 @@ def frames(md_frames):
 
 def direct(molecule, frames):
     """Energies (kJ/mol) and forces (kJ/mol/nm) from one plain Reference context."""
-    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     energies, forces = [], []
     for frame in frames:
         context.setPositions(frame)
         state = context.getState(getEnergy=True, getForces=True)
         energies.append(state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole))
-        forces.append(state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
+        forces.append(
+            state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer)
+        )
     return np.array(energies), np.array(forces)
 
 
@@ -81,7 +86,9 @@ def test_autograd_gradient_is_minus_force_over_kT(bridge, frames):
     weights = torch.linspace(0.5, 2.0, 40, dtype=torch.float64)
     (weights * u).sum().backward()
     _, forces = bridge.reduced_energies_forces(frames[:40])
-    np.testing.assert_allclose(x.grad.numpy(), -weights.numpy()[:, None] * forces.reshape(40, 66), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        x.grad.numpy(), -weights.numpy()[:, None] * forces.reshape(40, 66), rtol=1e-10, atol=1e-10
+    )
     # The sign and scale of the force really are the derivative of u: central differences on a few coordinates.
     h = 1e-6
     for k in (0, 17, 45):
@@ -98,7 +105,9 @@ def test_units_are_kT_at_the_given_temperature(bridge, molecule, frames):
         assert cold.kT == pytest.approx(kT(300.0))
         x = torch.from_numpy(frames[:20].copy())
         np.testing.assert_allclose(cold.reduced_energy(x).numpy(), 2.0 * bridge.reduced_energy(x).numpy(), rtol=1e-12)
-        np.testing.assert_allclose(bridge.reduced_energy(x).numpy() * kT(600.0), bridge.energies_kjmol(frames[:20]), rtol=1e-12)
+        np.testing.assert_allclose(
+            bridge.reduced_energy(x).numpy() * kT(600.0), bridge.energies_kjmol(frames[:20]), rtol=1e-12
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -138,7 +147,12 @@ def test_bad_coordinates_give_inf_energy_and_zero_gradient(bridge, frames):
 
 def test_regularize_energy_is_continuous_monotone_and_clamped():
     high, top = 1e3, 1e9
-    u = torch.cat([torch.linspace(-50.0, 5e3, 20001, dtype=torch.float64), torch.tensor([1e30, float("inf"), float("nan")], dtype=torch.float64)])
+    u = torch.cat(
+        [
+            torch.linspace(-50.0, 5e3, 20001, dtype=torch.float64),
+            torch.tensor([1e30, float("inf"), float("nan")], dtype=torch.float64),
+        ]
+    )
     u.requires_grad_(True)
     r = regularize_energy(u, high=high, max=top)
     finite = r[:-3].detach()
@@ -174,8 +188,14 @@ def test_bad_arguments_raise_input_error(bridge, molecule):
 def test_public_methods_name_what_they_take_and_return(bridge):
     """numpy: plural `energies...` in kJ/mol (`_kjmol`) or kT (`reduced_`); torch: singular `..._energy` in kT."""
     public = {name for name in vars(OpenMMEnergy) if not name.startswith("_") and callable(getattr(OpenMMEnergy, name))}
-    assert public == {"energies_kjmol", "energies_forces_kjmol", "reduced_energies_forces", "reduced_energy",
-                      "regularized_reduced_energy", "close"}
+    assert public == {
+        "energies_kjmol",
+        "energies_forces_kjmol",
+        "reduced_energies_forces",
+        "reduced_energy",
+        "regularized_reduced_energy",
+        "close",
+    }
     assert not callable(bridge)  # `energy(x)` would not say kT or kJ/mol
 
 
@@ -245,8 +265,8 @@ CHILD = textwrap.dedent(
     import signal, sys, time
     # a shell's background job inherits SIGINT ignored; a user's Ctrl-C target never is
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from bgp4.energy import OpenMMEnergy
-    from bgp4.molecule import alanine_dipeptide
+    from bgp4.simulation.energy import OpenMMEnergy
+    from bgp4.simulation.molecule import alanine_dipeptide
     energy = OpenMMEnergy(alanine_dipeptide().system, 600.0, n_workers=2)
     print(*energy.worker_pids, flush=True)
     time.sleep(60)
@@ -258,7 +278,9 @@ CHILD = textwrap.dedent(
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 def test_workers_do_not_outlive_a_killed_parent(sig):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    child = subprocess.Popen([sys.executable, "-c", CHILD], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         pids = [int(p) for p in child.stdout.readline().split()]
         assert len(pids) == 2 and not any(gone(pid) for pid in pids)

@@ -1,8 +1,8 @@
 """The MD stage: files, physics, resume after a kill, refusal of bad input."""
+
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,9 +14,9 @@ import numpy as np
 import openmm
 import pytest
 
-from bgp4.data import load_trajectory, read_settings
 from bgp4.errors import InputError
-from bgp4.md import STATE_FILE, MDSettings, simulate
+from bgp4.simulation.data import load_trajectory, read_settings
+from bgp4.simulation.md import STATE_FILE, MDSettings, simulate
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,9 @@ def test_short_run_file_loads_with_settings(short_run, molecule):
 def test_stored_energies_match_openmm(short_run, molecule):
     out, _ = short_run
     data = load_trajectory(out, 22)
-    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     for i in range(0, data.n_frames, 150):
         context.setPositions(data.xyz[i].astype(np.float64))
         fresh = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
@@ -67,7 +69,9 @@ def test_same_seed_same_frames(tmp_path):
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 @pytest.mark.slow
@@ -142,7 +146,7 @@ def test_unwritable_path_is_refused(tmp_path):
 def test_finished_file_is_complete_with_the_same_settings_and_refused_with_others(short_run, cli):
     from dataclasses import replace
 
-    from bgp4.md import completed
+    from bgp4.simulation.md import completed
 
     out, settings = short_run
     stamp = out.stat().st_mtime_ns
@@ -151,7 +155,19 @@ def test_finished_file_is_complete_with_the_same_settings_and_refused_with_other
     assert simulate(out, settings, progress=False) == out and out.stat().st_mtime_ns == stamp
     with pytest.raises(InputError, match=r"other settings \(temperature\).*--overwrite.*another --out"):
         completed(out, replace(settings, temperature=300.0))
-    args = ["simulate", "--out", str(out), "--frames", "1501", "--equilibration-ps", "2", "--replicas", "2", "--seed", "7"]
+    args = [
+        "simulate",
+        "--out",
+        str(out),
+        "--frames",
+        "1501",
+        "--equilibration-ps",
+        "2",
+        "--replicas",
+        "2",
+        "--seed",
+        "7",
+    ]
     result = cli(*args)
     assert result.returncode == 0 and "already complete" in result.stdout
     result = cli(*args, "--seed", "8")
@@ -160,7 +176,7 @@ def test_finished_file_is_complete_with_the_same_settings_and_refused_with_other
 
 
 def test_partial_run_keeps_its_replica_count_when_replicas_are_automatic(tmp_path):
-    from bgp4.md import _prepare, _settings_record
+    from bgp4.simulation.md import _prepare, _settings_record
 
     out = tmp_path / "p.h5"
     work = tmp_path / "p.h5.partial"

@@ -1,4 +1,5 @@
-"""The per-model metrics dict (bgp4.metrics): JSON-ready, flat, and gated on defined weights."""
+"""The per-model metrics dict (bgp4.analysis.metrics): JSON-ready, flat, and gated on defined weights."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from bgp4 import analysis
-from bgp4.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
+from bgp4.analysis import estimators as analysis
+from bgp4.analysis.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
 
 KT_600 = 4.98868  # kJ/mol
 
@@ -48,23 +49,26 @@ def test_perfect_model_metrics_are_json_ready(md):
 def test_floors_sit_beside_the_distances_of_an_md_subsample(md):
     u_md, phi, psi, threshold = md
     half = slice(0, 1000)
-    summary = model_metrics(u_md[half], -u_md[half], phi[half], psi[half], u_md, phi, psi, threshold,
-                            bins=16, weights_defined=True, seed=3)
+    summary = model_metrics(
+        u_md[half], -u_md[half], phi[half], psi[half], u_md, phi, psi, threshold, bins=16, weights_defined=True, seed=3
+    )
     # The model is an MD subsample itself: its distances are of the size of the floor.
     assert summary["ramachandran_floor_note"] is None
     assert 0.3 < summary["ramachandran_tv"] / summary["ramachandran_tv_floor"] < 3.0
     # Equal weights: ESS = N, so the floor at ESS * N is the same subsample size.
     assert summary["ramachandran_tv_floor_ess"] == pytest.approx(summary["ramachandran_tv_floor"], rel=0.3)
-    again = model_metrics(u_md[half], -u_md[half], phi[half], psi[half], u_md, phi, psi, threshold,
-                          bins=16, weights_defined=True, seed=3)
+    again = model_metrics(
+        u_md[half], -u_md[half], phi[half], psi[half], u_md, phi, psi, threshold, bins=16, weights_defined=True, seed=3
+    )
     assert again == summary  # seeded
 
 
 def test_undefined_weights_give_nulls_and_a_note(md):
     u_md, phi, psi, threshold = md
     note = "the 60-dim flow models constrained bonds"
-    summary = model_metrics(u_md + 1.0, -u_md, phi, psi, u_md, phi, psi, threshold,
-                            weights_defined=False, weights_note=note)
+    summary = model_metrics(
+        u_md + 1.0, -u_md, phi, psi, u_md, phi, psi, threshold, weights_defined=False, weights_note=note
+    )
     json.dumps(summary)
     assert summary["weights_defined"] is False and summary["weights_note"] == note
     assert all(summary[key] is None for key in REWEIGHTED_KEYS)
@@ -79,8 +83,9 @@ def test_undefined_weights_give_nulls_and_a_note(md):
 
 def test_empty_samples_and_reference(md):
     u_md, phi, psi, threshold = md
-    empty = model_metrics(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), u_md, phi, psi, threshold,
-                          weights_defined=True)
+    empty = model_metrics(
+        np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), u_md, phi, psi, threshold, weights_defined=True
+    )
     json.dumps(empty)
     assert empty["mean_energy_kT"] is None and empty["reverse_ess"] is None and empty["ramachandran_kl"] is None
     assert empty["energy_w2"] is None and empty["p_phi_positive"] is None

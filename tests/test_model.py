@@ -1,4 +1,5 @@
 """Couplings and the two Boltzmann generators: counts, exact log densities, save/load, variants."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,8 @@ from torch import nn
 
 from bgp4.errors import InputError
 from bgp4.flows import AffineCoupling, P4InvLinear, Swap
-from bgp4.model import build_generator, load_generator, n_parameters
-from bgp4.molecule import constrained_bonds
+from bgp4.generator.model import build_generator, load_generator, n_parameters
+from bgp4.simulation.molecule import constrained_bonds
 
 
 def _perturb(model: nn.Module, scale: float = 0.05, seed: int = 0) -> None:
@@ -23,12 +24,20 @@ def _plain_coupling(c: AffineCoupling) -> tuple[nn.Sequential, nn.Sequential]:
     """The obvious t and s nets holding c's weights."""
     nets = []
     for k in range(2):
-        net = nn.Sequential(nn.Linear(c.n_cond, c.hidden), nn.ReLU(), nn.Linear(c.hidden, c.hidden), nn.ReLU(),
-                            nn.Linear(c.hidden, c.dim - c.n_cond)).to(c.w1.dtype)
+        net = nn.Sequential(
+            nn.Linear(c.n_cond, c.hidden),
+            nn.ReLU(),
+            nn.Linear(c.hidden, c.hidden),
+            nn.ReLU(),
+            nn.Linear(c.hidden, c.dim - c.n_cond),
+        ).to(c.w1.dtype)
         with torch.no_grad():
-            net[0].weight.copy_(c.w1[k].T); net[0].bias.copy_(c.b1[k, 0])
-            net[2].weight.copy_(c.w2[k].T); net[2].bias.copy_(c.b2[k, 0])
-            net[4].weight.copy_(c.w3[k].T); net[4].bias.copy_(c.b3[k, 0])
+            net[0].weight.copy_(c.w1[k].T)
+            net[0].bias.copy_(c.b1[k, 0])
+            net[2].weight.copy_(c.w2[k].T)
+            net[2].bias.copy_(c.b2[k, 0])
+            net[4].weight.copy_(c.w3[k].T)
+            net[4].bias.copy_(c.b3[k, 0])
         nets.append(net)
     return nets[0], nets[1]
 
@@ -47,7 +56,7 @@ def test_coupling_matches_plain_nets_and_inverts(dim, swap, n_cond):
     x = torch.randn(16, dim, dtype=torch.float64)
     y, logdet = c(x)
     t_net, s_net = _plain_coupling(c)
-    x1, x2 = x[:, : c.n_cond], x[:, c.n_cond:]
+    x1, x2 = x[:, : c.n_cond], x[:, c.n_cond :]
     s = torch.tanh(s_net(x1)) * c.scale
     y2 = x2 * torch.exp(s) + t_net(x1)
     expected = torch.cat((y2, x1) if swap else (x1, y2), dim=1)
@@ -109,7 +118,9 @@ def test_sample_is_differentiable_and_nll_trains(frames, molecule):
     first = model.nll(data).mean().item()
     for _ in range(30):
         loss = model.nll(data).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     assert loss.item() < first
 
 
@@ -120,8 +131,11 @@ def test_save_load_round_trip(kind, frames, molecule, tmp_path):
     path = tmp_path / "model.pt"
     model.save(path)
     loaded = load_generator(path)
-    assert loaded.config == model.config == {"kind": kind, "blocks": 2, "hidden": 60, "fix_constrained": True,
-                                             "n_dims": 48, "molecule": molecule.name}
+    assert (
+        loaded.config
+        == model.config
+        == {"kind": kind, "blocks": 2, "hidden": 60, "fix_constrained": True, "n_dims": 48, "molecule": molecule.name}
+    )
     assert torch.equal(loaded.log_prob(frames[:64]), model.log_prob(frames[:64]))
     with pytest.raises(InputError):
         load_generator(tmp_path / "missing.pt")
@@ -173,8 +187,7 @@ def test_damaged_model_file_is_refused_cleanly(frames, molecule, tmp_path):
     path = tmp_path / "model.pt"
     build_generator("rnvp", frames, blocks=1, molecule=molecule).save(path)
     payload = path.read_bytes()
-    damaged = {"truncated.pt": payload[: len(payload) // 2], "garbage.pt": b"\x80\x02 not a model",
-               "empty.pt": b""}
+    damaged = {"truncated.pt": payload[: len(payload) // 2], "garbage.pt": b"\x80\x02 not a model", "empty.pt": b""}
     for name, content in damaged.items():
         (tmp_path / name).write_bytes(content)
         with pytest.raises(InputError, match="is not a bgp4 model file"):

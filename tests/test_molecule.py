@@ -3,11 +3,13 @@ import openmm
 import pytest
 
 from bgp4.errors import InputError
-from bgp4.molecule import PHI, PSI, alanine_dipeptide, constrained_bonds, get_molecule, kT, molecule_of
+from bgp4.simulation.molecule import PHI, PSI, alanine_dipeptide, constrained_bonds, get_molecule, kT, molecule_of
 
 
 def test_pdb_energy_matches_reference(molecule):
-    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     context.setPositions(molecule.positions)
     energy = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
     assert energy == pytest.approx(-95.70, abs=0.01)
@@ -49,13 +51,15 @@ def test_molecules_are_looked_up_by_the_name_files_record(molecule):
 
 
 def test_rotor_hydrogens_are_the_methyl_groups_and_relabelling_keeps_the_energy(molecule, md_frames):
-    from bgp4.data import relabel_rotors
-    from bgp4.molecule import rotor_hydrogens
+    from bgp4.simulation.data import relabel_rotors
+    from bgp4.simulation.molecule import rotor_hydrogens
 
     triples = rotor_hydrogens(molecule)
     assert triples == [(0, 2, 3), (11, 12, 13), (19, 20, 21)]
     frames, energies = md_frames[0][::300], md_frames[1][::300]
-    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     shifts = np.random.default_rng(0).integers(1, 3, size=(len(frames), len(triples)))  # never 0: every frame moves
     relabelled = relabel_rotors(frames, np.array(triples), shifts)
     assert not np.allclose(relabelled, frames)

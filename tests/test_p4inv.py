@@ -1,4 +1,5 @@
 """P4Inv layer and scheduler: exact inverse / log-det tracking, merge rules, correction, Adam resets."""
+
 from __future__ import annotations
 
 import pytest
@@ -189,8 +190,12 @@ def test_penalty_and_merge_share_the_bounds():
     """penalty() is zero exactly where merge() accepts: ln|G det A| pushed past c1_max or c1_min."""
     layer = P4InvLinear(3, dtype=F64)
     assert (layer.c0_min, layer.c0_max, layer.c1_min, layer.c1_max) == (-6.0, float("inf"), -2.5, 15.5)
-    cases = {15.4: MergeResult.ACCEPTED, 15.6: MergeResult.SKIPPED, -2.4: MergeResult.ACCEPTED,
-             -2.6: MergeResult.SKIPPED}
+    cases = {
+        15.4: MergeResult.ACCEPTED,
+        15.6: MergeResult.SKIPPED,
+        -2.4: MergeResult.ACCEPTED,
+        -2.6: MergeResult.SKIPPED,
+    }
     for log_det, expected in cases.items():
         with torch.no_grad():
             layer.logabsdet.fill_(log_det)  # G = 1 (u = 0), so ln|G det A| = log|det A|
@@ -248,8 +253,9 @@ def test_scheduler_resets_only_v_adam_state(options):
 def test_scheduler_counts_schedule_and_state_dict_round_trip():
     torch.manual_seed(9)
     layer = P4InvLinear(4, dtype=F64)
-    sched = P4InvScheduler(torch.nn.Sequential(layer, P4InvLinear(4, dtype=F64)), None,
-                           merge_every=2, force_every=3, correct_every=2)
+    sched = P4InvScheduler(
+        torch.nn.Sequential(layer, P4InvLinear(4, dtype=F64)), None, merge_every=2, force_every=3, correct_every=2
+    )
     assert len(sched.layers) == 2
     for _ in range(12):
         sched.step()
@@ -367,8 +373,12 @@ def test_benchmark_layers_compute_what_p4inv_computes():
     bench = _load_script("run/bench/bench_p4inv.py")
     torch.manual_seed(13)
     cpu = torch.device("cpu")
-    layers = [bench.StandardLinear(12, cpu), bench.LULinear(12, cpu), bench.LULinear(12, cpu, invert_matrices=False),
-              P4InvLinear(12, init="reverse")]
+    layers = [
+        bench.StandardLinear(12, cpu),
+        bench.LULinear(12, cpu),
+        bench.LULinear(12, cpu, invert_matrices=False),
+        P4InvLinear(12, init="reverse"),
+    ]
     x = torch.randn(5, 12)
     with torch.no_grad():
         for layer in layers:

@@ -1,11 +1,13 @@
 """The figure functions write PNG and PDF files, show what their data say, and survive awkward data."""
+
 from __future__ import annotations
 
 import matplotlib
 import numpy as np
 import pytest
 
-from bgp4 import analysis, plots
+from bgp4.analysis import estimators as analysis
+from bgp4.analysis import plots
 from bgp4.errors import InputError
 
 RNG = np.random.default_rng(0)
@@ -50,8 +52,13 @@ def test_energy_violins(tmp_path, drawn):
     md = RNG.normal(-20.0, 4.0, 500)
     model = RNG.normal(-17.0, 5.0, 400)
     model[:5] = [np.inf, np.nan, 1e9, -np.inf, 1e30]
-    columns = {"MD data": md, "MD + 0.004 nm": md + 13.0, "RNVP": model, "P4Inv": np.zeros(0),
-               "one value": np.array([-10.0])}
+    columns = {
+        "MD data": md,
+        "MD + 0.004 nm": md + 13.0,
+        "RNVP": model,
+        "P4Inv": np.zeros(0),
+        "one value": np.array([-10.0]),
+    }
     threshold = md.max()
     fractions = {k: analysis.low_energy_fraction(v, threshold) for k, v in columns.items()}
     stem = tmp_path / "energies"
@@ -65,7 +72,8 @@ def test_energy_violins(tmp_path, drawn):
     # the median marks sit at each column's median (violins are drawn only where there is a density)
     medians = [c for c in ax.collections if type(c).__name__ == "LineCollection"]
     assert [float(m.get_segments()[0][0, 1]) for m in medians[:2]] == pytest.approx(
-        [np.median(md), np.median(md + 13.0)], abs=1e-9)
+        [np.median(md), np.median(md + 13.0)], abs=1e-9
+    )
     # An explicit clip and a ".png" path work too.
     paths = plots.energy_violins(columns, fractions, tmp_path / "clipped.png", clip=(-40.0, 10.0))
     _check_written(paths, tmp_path / "clipped")
@@ -79,9 +87,13 @@ def test_ramachandran_panels(tmp_path, drawn):
     md = _angles(2000, (-2.0, 2.5))
     model = _angles(1000, (-1.5, -0.5))
     weights = analysis.normalized_weights(RNG.normal(0.0, 3.0, 1000))
-    panels = {"MD": (*md, None), "RNVP": (*model, None), "RNVP reweighted": (*model, weights),
-              "P4Inv (empty)": (np.zeros(0), np.zeros(0), None),
-              "NaN angles": (np.full(5, np.nan), np.full(5, np.nan), None)}
+    panels = {
+        "MD": (*md, None),
+        "RNVP": (*model, None),
+        "RNVP reweighted": (*model, weights),
+        "P4Inv (empty)": (np.zeros(0), np.zeros(0), None),
+        "NaN angles": (np.full(5, np.nan), np.full(5, np.nan), None),
+    }
     stem = tmp_path / "sub" / "rama"
     _check_written(plots.ramachandran_panels(panels, stem, bins=32), stem)
     axes = _panels(drawn[0])
@@ -107,9 +119,12 @@ def test_free_energy_phi(tmp_path, drawn):
     md_phi, _ = _angles(3000, (-2.0, 0.0))
     model_phi, _ = _angles(500, (-1.0, 0.0))
     weights = analysis.normalized_weights(RNG.normal(size=500))
-    curves = {"MD": analysis.free_energy_1d(md_phi), "RNVP": analysis.free_energy_1d(model_phi),
-              "RNVP reweighted": analysis.free_energy_1d(model_phi, weights=weights),
-              "P4Inv": analysis.free_energy_1d(np.zeros(0))}
+    curves = {
+        "MD": analysis.free_energy_1d(md_phi),
+        "RNVP": analysis.free_energy_1d(model_phi),
+        "RNVP reweighted": analysis.free_energy_1d(model_phi, weights=weights),
+        "P4Inv": analysis.free_energy_1d(np.zeros(0)),
+    }
     centers, free = curves["RNVP"]
     curves["with inf"] = (centers, np.where(np.isnan(free), np.inf, free))
     stem = tmp_path / "free_energy"
@@ -134,8 +149,9 @@ def test_training_curves(tmp_path, drawn):
             row["p4inv_residual"] = 10.0 ** (-6 - step / 300)
         if step >= 500:
             median = -3.0 + 0.1 * RNG.normal()
-            row.update(energy=median + 2.0, energy_median_kT=median, energy_q10_kT=median - 2.0,
-                       energy_q90_kT=median + 5.0)
+            row.update(
+                energy=median + 2.0, energy_median_kT=median, energy_q10_kT=median - 2.0, energy_q90_kT=median + 5.0
+            )
         records.append(row)
     records[550]["energy"] = 1e5  # one batch with a wild sample: its mean explodes, its median does not
     records.append({"step": 600, "train_nll": None, "test_nll": "n/a", "energy": float("nan")})

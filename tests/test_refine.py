@@ -1,4 +1,5 @@
 """Annealed importance sampling: exactness on toy targets with known normalizers, the CLI's guards."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,18 @@ import torch
 from scipy.special import logsumexp, softmax
 from typer.testing import CliRunner
 
+from bgp4.analysis.weights import lineage_ess
 from bgp4.errors import InputError
-from bgp4.refine import Chains, FunctionTarget, _hmc_step, anneal_target, kish_ess, run_levels, schedule, start
-from bgp4.weights import lineage_ess
+from bgp4.generator.refine import (
+    Chains,
+    FunctionTarget,
+    _hmc_step,
+    anneal_target,
+    kish_ess,
+    run_levels,
+    schedule,
+    start,
+)
 
 LOG_Z = math.log(5.0)  # the toy target's normalizer
 MEANS = torch.tensor([[-2.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
@@ -137,7 +147,9 @@ def test_lineage_ess_counts_copies_once_and_equals_kish_without_resampling(annea
     assert lineage_ess(np.array([0.0, -np.inf]), np.array([0, 1])) == pytest.approx(0.5)
     chains = annealed[20][0]
     assert torch.equal(chains.ancestor, torch.arange(4000))
-    assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) == pytest.approx(kish_ess(chains.log_w), rel=1e-12)
+    assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) == pytest.approx(
+        kish_ess(chains.log_w), rel=1e-12
+    )
 
 
 def test_circular_dimensions_stay_wrapped_and_von_mises_normalizer_is_found():
@@ -146,9 +158,13 @@ def test_circular_dimensions_stay_wrapped_and_von_mises_normalizer_is_found():
     def log_base(z):
         return torch.full((len(z),), -math.log(2 * math.pi), dtype=z.dtype) + 0.0 * z.sum(1)
 
-    target = FunctionTarget(1, log_base, lambda z: kappa * torch.cos(z[:, 0] - mu),
-                            lambda n, g: (torch.rand(n, 1, generator=g, dtype=torch.float64) * 2 - 1) * math.pi,
-                            circular=torch.tensor([True]))
+    target = FunctionTarget(
+        1,
+        log_base,
+        lambda z: kappa * torch.cos(z[:, 0] - mu),
+        lambda n, g: (torch.rand(n, 1, generator=g, dtype=torch.float64) * 2 - 1) * math.pi,
+        circular=torch.tensor([True]),
+    )
     chains, _, _ = anneal_target(target, 4000, 8, steps=2, seed=1, pilot=300)
     assert bool(((chains.z >= -math.pi) & (chains.z < math.pi)).all())
     exact = math.log(2 * math.pi * float(torch.special.i0(torch.tensor(kappa))))
@@ -160,8 +176,12 @@ def test_infinite_target_weighs_zero_and_never_moves():
     def log_target(z):  # -inf (an infinite energy) on the left half-plane
         return torch.where(z[:, 0] < 0, torch.full_like(z[:, 0], -math.inf), -0.5 * z.square().sum(1))
 
-    target = FunctionTarget(2, lambda z: -0.5 * z.square().sum(1), log_target,
-                            lambda n, g: torch.randn(n, 2, generator=g, dtype=torch.float64))
+    target = FunctionTarget(
+        2,
+        lambda z: -0.5 * z.square().sum(1),
+        log_target,
+        lambda n, g: torch.randn(n, 2, generator=g, dtype=torch.float64),
+    )
     z0 = torch.randn(500, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     chains, _, _ = anneal_target(target, 500, 4, steps=2, seed=0, pilot=100, z0=z0.clone(), independence=1)
     dead = z0[:, 0] < 0
@@ -215,13 +235,16 @@ def test_bad_settings_are_refused():
         anneal_target(target, 10, 2, independence=-1)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--refine", "-1"], "--refine"),
-    (["--refine", "3", "--resample-ess", "2"], "--resample-ess"),
-    (["--refine", "3", "--refine-steps", "0", "--refine-independence", "0"], "both 0"),
-    (["--refine", "3", "--refine-independence", "-1"], "--refine-independence"),
-    (["--refine", "3"], "no finished training run"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--refine", "-1"], "--refine"),
+        (["--refine", "3", "--resample-ess", "2"], "--resample-ess"),
+        (["--refine", "3", "--refine-steps", "0", "--refine-independence", "0"], "both 0"),
+        (["--refine", "3", "--refine-independence", "-1"], "--refine-independence"),
+        (["--refine", "3"], "no finished training run"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_touches_nothing(tmp_path, args, message):
     from bgp4.cli import app
 
@@ -238,9 +261,9 @@ def test_cli_bad_input_is_one_line_and_touches_nothing(tmp_path, args, message):
 
 @pytest.mark.slow
 def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
-    from bgp4.energy import OpenMMEnergy
-    from bgp4.model import build_generator
-    from bgp4.refine import GeneratorTarget, anneal
+    from bgp4.generator.model import build_generator
+    from bgp4.generator.refine import GeneratorTarget, anneal
+    from bgp4.simulation.energy import OpenMMEnergy
 
     torch.manual_seed(0)
     bg = build_generator("rnvp", data=md_frames[0], blocks=2, hidden=16, fix_constrained=True).eval()
@@ -262,27 +285,42 @@ def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from bgp4.md import MDSettings, simulate
-    from bgp4.train import TrainSettings, train
+    from bgp4.generator.train import TrainSettings, train
+    from bgp4.simulation.md import MDSettings, simulate
 
     root = tmp_path_factory.mktemp("refine")
     data = root / "ala2.h5"
     simulate(data, MDSettings(frames=2000, equilibration_ps=2.0, replicas=2, seed=5), progress=False)
     run = root / "rnvp"
-    train(TrainSettings(data=str(data), model="rnvp", blocks=2, hidden=16, batch=64, steps=60, energy_steps=0,
-                        eval_every=30, workers=1, fix_constrained=True), run, progress=False)
+    train(
+        TrainSettings(
+            data=str(data),
+            model="rnvp",
+            blocks=2,
+            hidden=16,
+            batch=64,
+            steps=60,
+            energy_steps=0,
+            eval_every=30,
+            workers=1,
+            fix_constrained=True,
+        ),
+        run,
+        progress=False,
+    )
     return data, run
 
 
 @pytest.mark.slow
 def test_cli_refine_zero_reproduces_raw_weights_and_analyze_lists_both(tiny_run, tmp_path):
     from bgp4.cli import app
-    from bgp4.data import load_trajectory
-    from bgp4.sample import SAMPLE_EXTRAS
+    from bgp4.generator.sample import SAMPLE_EXTRAS
+    from bgp4.simulation.data import load_trajectory
 
     data, run = tiny_run
-    result = CliRunner().invoke(app, ["sample", str(run), "--n", "300", "--batch", "120", "--workers", "1",
-                                      "--refine", "0", "--quiet"])
+    result = CliRunner().invoke(
+        app, ["sample", str(run), "--n", "300", "--batch", "120", "--workers", "1", "--refine", "0", "--quiet"]
+    )
     assert result.exit_code == 0, result.output
     raw = load_trajectory(run / "samples.h5", 22, extras=SAMPLE_EXTRAS)
     refined = load_trajectory(run / "samples-refined.h5", 22, extras=SAMPLE_EXTRAS)
@@ -303,13 +341,29 @@ def test_cli_smc_keeps_lineages_and_analyze_reports_their_ess(tiny_run, tmp_path
     import shutil
 
     from bgp4.cli import app
-    from bgp4.data import load_trajectory
-    from bgp4.sample import REFINED_EXTRAS
+    from bgp4.generator.sample import REFINED_EXTRAS
+    from bgp4.simulation.data import load_trajectory
 
     data, shared = tiny_run
     run = shutil.copytree(shared, tmp_path / "rnvp", ignore=shutil.ignore_patterns("samples*"))
-    result = CliRunner().invoke(app, ["sample", str(run), "--n", "300", "--batch", "150", "--workers", "1",
-                                      "--refine", "3", "--resample-ess", "1", "--quiet"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sample",
+            str(run),
+            "--n",
+            "300",
+            "--batch",
+            "150",
+            "--workers",
+            "1",
+            "--refine",
+            "3",
+            "--resample-ess",
+            "1",
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     refined = load_trajectory(run / "samples-refined.h5", 22, extras=REFINED_EXTRAS)
     ancestor = refined.extras["ancestor"]
@@ -330,9 +384,9 @@ def test_cli_smc_keeps_lineages_and_analyze_reports_their_ess(tiny_run, tmp_path
 
 @pytest.mark.slow
 def test_killed_refinement_resumes_to_the_same_file(tiny_run, tmp_path, monkeypatch):
-    import bgp4.refine as refine_module
-    from bgp4.data import load_trajectory
-    from bgp4.sample import SAMPLE_EXTRAS, RefineSettings, SampleSettings, refine_run, sample_run
+    import bgp4.generator.refine as refine_module
+    from bgp4.generator.sample import SAMPLE_EXTRAS, RefineSettings, SampleSettings, refine_run, sample_run
+    from bgp4.simulation.data import load_trajectory
 
     _, run = tiny_run
     s, r = SampleSettings(n=200, batch=100, workers=1), RefineSettings(levels=3, steps=1, pilot=50)
@@ -363,7 +417,9 @@ def test_killed_refinement_resumes_to_the_same_file(tiny_run, tmp_path, monkeypa
     # per level: one independence move (the default), then one MALA move; the pilot makes three
     assert a.settings["energy_evals"] == b.settings["energy_evals"] == 50 * (1 + 3 * 4) + 200 * (1 + 3 * 2)
     assert len(a.settings["independence_acceptance"]) == 3
-    assert len(a.settings["acceptance"]) == 3 and summary["evals_per_sample"] == pytest.approx(a.settings["evals_per_sample"])
+    assert len(a.settings["acceptance"]) == 3 and summary["evals_per_sample"] == pytest.approx(
+        a.settings["evals_per_sample"]
+    )
 
 
 @pytest.mark.slow
@@ -372,13 +428,14 @@ def test_cli_refinement_by_independence_moves_alone(tiny_run, tmp_path):
     import shutil
 
     from bgp4.cli import app
-    from bgp4.data import load_trajectory
-    from bgp4.sample import REFINED_EXTRAS
+    from bgp4.generator.sample import REFINED_EXTRAS
+    from bgp4.simulation.data import load_trajectory
 
     _, shared = tiny_run
     run = shutil.copytree(shared, tmp_path / "rnvp", ignore=shutil.ignore_patterns("samples*"))
-    result = CliRunner().invoke(app, ["sample", str(run), "--n", "200", "--workers", "1", "--refine", "4",
-                                      "--refine-steps", "0", "--quiet"])
+    result = CliRunner().invoke(
+        app, ["sample", str(run), "--n", "200", "--workers", "1", "--refine", "4", "--refine-steps", "0", "--quiet"]
+    )
     assert result.exit_code == 0, result.output
     settings = load_trajectory(run / "samples-refined.h5", 22, extras=REFINED_EXTRAS).settings
     assert settings["pilot_evals"] == 0 and settings["energy_evals"] == 200 * (1 + 4)

@@ -1,24 +1,22 @@
 """Sampling, analysis and the pipeline on a tiny real run."""
+
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import mdtraj
 import numpy as np
 import openmm
 import pytest
 
-from bgp4.data import load_trajectory
+from bgp4.analysis.metrics import REWEIGHTED_KEYS
 from bgp4.errors import InputError
-from bgp4.md import MDSettings, simulate
-from bgp4.metrics import REWEIGHTED_KEYS
-from bgp4.report import PREDATES_CHECK, analyze, weights_status
-from bgp4.sample import SAMPLE_EXTRAS, SampleSettings, sample_run
-from bgp4.train import TrainSettings, train
+from bgp4.generator.sample import SAMPLE_EXTRAS, SampleSettings, sample_run
+from bgp4.generator.train import TrainSettings, train
+from bgp4.report.analyze import PREDATES_CHECK, analyze, weights_status
+from bgp4.simulation.data import load_trajectory
+from bgp4.simulation.md import MDSettings, simulate
 
 TINY = dict(blocks=2, hidden=32, batch=64, steps=100, energy_steps=5, eval_every=50, workers=1)
 
@@ -46,7 +44,9 @@ def test_samples_file_holds_energies_and_weights(trained_run, molecule):
     expected = -s.energies[good] / kT - s.extras["log_q"][good]
     assert np.allclose(s.extras["log_w"][good], expected, rtol=1e-4, atol=1e-2)
     assert np.all(np.isneginf(s.extras["log_w"][~good]))
-    context = openmm.Context(molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(
+        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
     for i in np.flatnonzero(finite)[:5]:
         context.setPositions(s.xyz[i].astype(np.float64))
         e = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
@@ -74,13 +74,15 @@ def test_weights_status_from_complete_json():
     assert weights_status({}) == (False, PREDATES_CHECK)
     assert weights_status({"weights_defined": True, "weights_note": ""}) == (True, None)
     assert weights_status({"weights_defined": False, "weights_note": "bond 8-9 is a flow dimension"}) == (
-        False, "bond 8-9 is a flow dimension")
+        False,
+        "bond 8-9 is a flow dimension",
+    )
     defined, note = weights_status({"weights_defined": False})
     assert not defined and note
 
 
 def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkeypatch):
-    from bgp4 import plots
+    from bgp4.analysis import plots
 
     data, run = trained_run
     # The same run marked as holding every constrained bond fixed (what train writes now).
@@ -88,7 +90,9 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     shutil.copytree(run, fixed)
     legacy = tmp_path / "legacy" / run.name  # the same run as written before train recorded weights_defined
     shutil.copytree(run, legacy)
-    stripped = {k: v for k, v in json.loads((legacy / "complete.json").read_text()).items() if not k.startswith("weights_")}
+    stripped = {
+        k: v for k, v in json.loads((legacy / "complete.json").read_text()).items() if not k.startswith("weights_")
+    }
     (legacy / "complete.json").write_text(json.dumps(stripped))
     complete = json.loads((fixed / "complete.json").read_text())
     (fixed / "complete.json").write_text(json.dumps({**complete, "weights_defined": True, "weights_note": None}))
@@ -100,15 +104,34 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     old, new = metrics["models"]["p4inv"], metrics["models"]["p4inv-fixed"]
     for model in (old, new):
         assert model["n_samples"] == 600
-        for key in ("mean_energy_kT", "energy_shift_kT", "energy_w2", "low_energy_fraction", "ramachandran_kl",
-                    "ramachandran_tv", "ramachandran_kl_floor", "ramachandran_tv_floor", "p_phi_positive",
-                    "dF_phi_kT", "dF_phi_error_kT", "test_nll"):
+        for key in (
+            "mean_energy_kT",
+            "energy_shift_kT",
+            "energy_w2",
+            "low_energy_fraction",
+            "ramachandran_kl",
+            "ramachandran_tv",
+            "ramachandran_kl_floor",
+            "ramachandran_tv_floor",
+            "p_phi_positive",
+            "dF_phi_kT",
+            "dF_phi_error_kT",
+            "test_nll",
+        ):
             assert model[key] is not None, key
     # A run without `weights_defined` predates the constraint check: nulls and the note.
     assert old["weights_defined"] is False and old["weights_note"] == PREDATES_CHECK
     assert all(old[key] is None for key in REWEIGHTED_KEYS)
-    assert all(new[key] is not None for key in ("reverse_ess", "reverse_ess_ci_low", "reverse_ess_ci_high",
-                                                "energy_w2_reweighted", "ramachandran_tv_reweighted"))
+    assert all(
+        new[key] is not None
+        for key in (
+            "reverse_ess",
+            "reverse_ess_ci_low",
+            "reverse_ess_ci_high",
+            "energy_w2_reweighted",
+            "ramachandran_tv_reweighted",
+        )
+    )
     assert new["reverse_ess_ci_low"] <= new["reverse_ess"] <= new["reverse_ess_ci_high"]
     assert "p4inv-fixed reweighted" in curves and "p4inv reweighted" not in curves
     assert metrics["md"]["low_energy_fraction"] > 0.99
@@ -152,9 +175,12 @@ def test_sample_refuses_unfinished_run(tmp_path, cli):
 def test_pipeline_runs_and_skips_complete_stages(tmp_path, monkeypatch):
     from bgp4 import pipeline
 
-    tiny = {"md": {"frames": 600, "equilibration_ps": 1.0, "replicas": 2},
-            "train": {**TINY, "steps": 20, "energy_steps": 2, "eval_every": 10},
-            "sample": {"n": 200, "batch": 100, "workers": 1}, "models": ("rnvp", "p4inv")}
+    tiny = {
+        "md": {"frames": 600, "equilibration_ps": 1.0, "replicas": 2},
+        "train": {**TINY, "steps": 20, "energy_steps": 2, "eval_every": 10},
+        "sample": {"n": 200, "batch": 100, "workers": 1},
+        "models": ("rnvp", "p4inv"),
+    }
     monkeypatch.setitem(pipeline.PRESETS, "tiny", tiny)
     said: list[str] = []
     metrics = pipeline.run_pipeline("tiny", tmp_path / "out", progress=False, say=said.append)

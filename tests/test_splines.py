@@ -1,4 +1,5 @@
 """Spline couplings and the spline generators: exact inverses and log-dets, the circle, save/load."""
+
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ import torch
 
 from bgp4.errors import InputError
 from bgp4.flows.splines import CircularShift, MaskedCoupling, RQSpline, wrap_angle
-from bgp4.model import build_generator, load_generator, n_parameters
+from bgp4.generator.model import build_generator, load_generator, n_parameters
 
 
 def _perturb(module: torch.nn.Module, scale: float, seed: int = 0) -> None:
@@ -146,15 +147,27 @@ def test_parameter_counts(molecule):
 
 
 def test_bad_settings_and_old_model_files_are_refused(tmp_path):
-    from bgp4.config import TrainSettings
+    from bgp4.settings import TrainSettings
 
-    for bad in ({"model": "glow"}, {"model": "spline", "bins": 1}, {"model": "spline", "bins": 65},
-                {"model": "rnvp", "bins": 8}, {"model": "spline", "hidden": -1}, {"model": "spline", "lr_schedule": "step"},
-                {"model": "spline", "clip_grad": -2.0}):
+    for bad in (
+        {"model": "glow"},
+        {"model": "spline", "bins": 1},
+        {"model": "spline", "bins": 65},
+        {"model": "rnvp", "bins": 8},
+        {"model": "spline", "hidden": -1},
+        {"model": "spline", "lr_schedule": "step"},
+        {"model": "spline", "clip_grad": -2.0},
+    ):
         with pytest.raises(InputError):
             TrainSettings(**bad).validated()
     resolved = TrainSettings(model="spline").validated()
-    assert (resolved.blocks, resolved.hidden, resolved.bins, resolved.lr_schedule, resolved.clip_grad) == (6, 256, 8, "cosine", 10.0)
+    assert (resolved.blocks, resolved.hidden, resolved.bins, resolved.lr_schedule, resolved.clip_grad) == (
+        6,
+        256,
+        8,
+        "cosine",
+        10.0,
+    )
     paper = TrainSettings(model="p4inv").validated()
     assert (paper.blocks, paper.hidden, paper.bins, paper.lr_schedule, paper.clip_grad) == (25, 60, 0, "constant", 0.0)
     old = tmp_path / "old.pt"

@@ -1,4 +1,5 @@
 """Sweeps on Dask: statistics over seeds, bad input, tiny sweeps on a LocalCluster, a killed worker."""
+
 from __future__ import annotations
 
 import json
@@ -14,15 +15,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bgp4.aggregate import paired_difference, render, summarize_sweep, t_interval
-from bgp4.config import MODELS, TrainSettings
 from bgp4.errors import InputError
-from bgp4.sweep import plan_sweep
+from bgp4.report.aggregate import paired_difference, render, summarize_sweep, t_interval
+from bgp4.settings import MODELS, TrainSettings
+from bgp4.sweep.runner import plan_sweep
 
 REAL_DATA = Path("/work/main/out/data/ala2-600K.h5")
-TINY = ["--steps", "60", "--energy-steps", "5", "--blocks", "2", "--hidden", "16", "--batch", "64",
-        "--eval-every", "20", "--samples", "300", "--quiet"]
-TINY_PARTS = [*TINY[:TINY.index("--steps")], "--steps", "300", *TINY[TINY.index("--steps") + 2:]]  # 4 parts per run
+TINY = [
+    "--steps",
+    "60",
+    "--energy-steps",
+    "5",
+    "--blocks",
+    "2",
+    "--hidden",
+    "16",
+    "--batch",
+    "64",
+    "--eval-every",
+    "20",
+    "--samples",
+    "300",
+    "--quiet",
+]
+TINY_PARTS = [*TINY[: TINY.index("--steps")], "--steps", "300", *TINY[TINY.index("--steps") + 2 :]]  # 4 parts per run
 
 
 @pytest.fixture(scope="module")
@@ -32,21 +48,23 @@ def data_file(tmp_path_factory) -> Path:
     if REAL_DATA.exists():
         import mdtraj
 
-        from bgp4.data import read_settings, write_trajectory
+        from bgp4.simulation.data import read_settings, write_trajectory
 
         with mdtraj.formats.HDF5TrajectoryFile(str(REAL_DATA)) as f:
             frames, topology = f.read(n_frames=150_000, stride=50), f.topology
         chunk = {"coordinates": frames.coordinates, "potentialEnergy": frames.potentialEnergy}
         write_trajectory(path, topology, iter([chunk]), read_settings(REAL_DATA))
     else:
-        from bgp4.md import MDSettings, simulate
+        from bgp4.simulation.md import MDSettings, simulate
 
         simulate(path, MDSettings(frames=3000, equilibration_ps=2.0, replicas=2, seed=3), progress=False)
     return path
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -86,8 +104,13 @@ def test_paired_difference_removes_the_shared_seed_effect():
 
 def test_report_says_which_differences_are_significant():
     jitter = {"rnvp": [0.0, 0.02, -0.01, 0.03], "p4inv": [0.01, -0.02, 0.0, 0.02]}
-    runs = {m: {s: {"values": {"energy_shift_kT": base + 0.1 * s + jitter[m][s], "reverse_ess": 0.1 + 0.05 * ((s * 7) % 3)}}
-                for s in range(4)} for m, base in (("rnvp", 1.0), ("p4inv", 0.5))}
+    runs = {
+        m: {
+            s: {"values": {"energy_shift_kT": base + 0.1 * s + jitter[m][s], "reverse_ess": 0.1 + 0.05 * ((s * 7) % 3)}}
+            for s in range(4)
+        }
+        for m, base in (("rnvp", 1.0), ("p4inv", 0.5))
+    }
     summary = summarize_sweep(["rnvp", "p4inv"], runs)
     assert list(summary) == ["energy_shift_kT", "reverse_ess"]  # known metrics in display order
     shift = summary["energy_shift_kT"]
@@ -120,19 +143,26 @@ def test_plan_validates_models_seeds_and_existing_runs(data_file, tmp_path):
 
 def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
     base = TrainSettings(steps=10)
-    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "spline"], 1, base, 100,
-                      by_model={"spline": TrainSettings(steps=7, batch=32)})
+    plan = plan_sweep(
+        tmp_path / "s",
+        data_file,
+        ["rnvp", "spline"],
+        1,
+        base,
+        100,
+        by_model={"spline": TrainSettings(steps=7, batch=32)},
+    )
     steps = {r.model: (r.train["steps"], r.train["batch"], r.train["device"]) for r in plan.runs}
     assert steps == {"rnvp": (10, 256, "cpu"), "spline": (7, 32, "cpu")}
     # the longest runs are handed out first: here rnvp's 10 steps of 256 frames
-    from bgp4.dispatch import expected_cost
+    from bgp4.sweep.dispatch import expected_cost
 
     costs = {r.model: expected_cost(r) for r in plan.runs}
     assert costs["rnvp"] > costs["spline"] > 0
 
 
 def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_path):
-    from bgp4.dispatch import ENERGY_STEP_COST, PARTS_PER_RUN, choose, next_stop, part_size, remaining_cost
+    from bgp4.sweep.dispatch import ENERGY_STEP_COST, PARTS_PER_RUN, choose, next_stop, part_size, remaining_cost
 
     plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "p4inv"], 2, TrainSettings(steps=2400, energy_steps=200), 100)
     runs = {r.name: r for r in plan.runs}
@@ -141,7 +171,9 @@ def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_pa
     assert [next_stop(runs["rnvp-s0"], s) for s in (0, 249, 250, 2399)] == [250, 250, 500, 2400 + 34]
     assert [next_stop(runs["rnvp-s0"], s) for s in (2434, 2516, 2517)] == [2517, 2517, 2600]  # 83 energy steps each
     # energy steps cost more than likelihood steps; P4Inv steps more than RNVP steps
-    assert remaining_cost(runs["rnvp-s0"], 2400) > remaining_cost(runs["rnvp-s0"], 2200) - remaining_cost(runs["rnvp-s0"], 2400)
+    assert remaining_cost(runs["rnvp-s0"], 2400) > remaining_cost(runs["rnvp-s0"], 2200) - remaining_cost(
+        runs["rnvp-s0"], 2400
+    )
     assert remaining_cost(runs["rnvp-s0"], 2600) == 0
     step = dict.fromkeys(runs, 0)
 
@@ -157,10 +189,13 @@ def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_pa
     assert choose([runs["rnvp-s0"], runs["rnvp-s1"]], left, last="rnvp-s1").name == "rnvp-s1"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--models", "rnvp,nonsense"], "unknown model"),
-    (["--seeds", "0"], "--seeds"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--models", "rnvp,nonsense"], "unknown model"),
+        (["--seeds", "0"], "--seeds"),
+    ],
+)
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(data_file, tmp_path, args, message):
     result = _cli("sweep", "--data", str(data_file), "--out", "sweep", *args, cwd=tmp_path)
     assert message in _one_line_error(result)
@@ -172,7 +207,9 @@ def test_unanswered_scheduler_fails_within_15_s(data_file, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.monotonic()
-    result = _cli("sweep", "--data", str(data_file), "--out", "sweep", "--scheduler", f"tcp://127.0.0.1:{port}", cwd=tmp_path)
+    result = _cli(
+        "sweep", "--data", str(data_file), "--out", "sweep", "--scheduler", f"tcp://127.0.0.1:{port}", cwd=tmp_path
+    )
     assert time.monotonic() - started < 15
     assert "no Dask scheduler answered" in _one_line_error(result)
     assert not (tmp_path / "sweep").exists()
@@ -188,7 +225,9 @@ def _records(run: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def tiny_sweep(data_file, tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
-    result = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY_PARTS, cwd=root)
+    result = _cli(
+        "sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY_PARTS, cwd=root
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "s", result
 
@@ -205,12 +244,15 @@ def test_tiny_sweep_writes_runs_and_a_report_over_seeds(tiny_sweep):
     for seed in (0, 1):
         a, b = (np.load(out / "runs" / f"{m}-s{seed}" / "split.npz") for m in ("rnvp", "p4inv"))
         assert np.array_equal(a["test"], b["test"])
-    assert not np.array_equal(np.load(out / "runs" / "rnvp-s0" / "split.npz")["test"],
-                              np.load(out / "runs" / "rnvp-s1" / "split.npz")["test"])
+    assert not np.array_equal(
+        np.load(out / "runs" / "rnvp-s0" / "split.npz")["test"], np.load(out / "runs" / "rnvp-s1" / "split.npz")["test"]
+    )
     metrics = json.loads((out / "report" / "metrics.json").read_text())
     nll = metrics["metrics"]["test_nll"]
     for model in ("rnvp", "p4inv"):
-        per_run = [json.loads((out / "runs" / f"{model}-s{s}" / "complete.json").read_text())["test_nll_end"] for s in (0, 1)]
+        per_run = [
+            json.loads((out / "runs" / f"{model}-s{s}" / "complete.json").read_text())["test_nll_end"] for s in (0, 1)
+        ]
         assert nll["models"][model]["values"] == {"0": per_run[0], "1": per_run[1]}
         assert nll["models"][model]["mean"] == pytest.approx(np.mean(per_run))
     assert {"energy_shift_kT", "reverse_ess", "ramachandran_kl", "train_wall_min"} <= set(metrics["metrics"])
@@ -225,7 +267,7 @@ def test_a_run_trained_in_parts_by_the_sweep_equals_an_unbroken_run(tiny_sweep, 
 
     import torch
 
-    from bgp4.train import train
+    from bgp4.generator.train import train
 
     out, _ = tiny_sweep
     for run in (out / "runs").iterdir():
@@ -236,7 +278,9 @@ def test_a_run_trained_in_parts_by_the_sweep_equals_an_unbroken_run(tiny_sweep, 
     stored = json.loads((run / "settings.json").read_text())
     settings = TrainSettings(**{f.name: stored[f.name] for f in dataclasses.fields(TrainSettings)})
     train(settings, tmp_path / "unbroken", progress=False)
-    parts, unbroken = (torch.load(r / "model.pt", weights_only=True)["state_dict"] for r in (run, tmp_path / "unbroken"))
+    parts, unbroken = (
+        torch.load(r / "model.pt", weights_only=True)["state_dict"] for r in (run, tmp_path / "unbroken")
+    )
     assert parts.keys() == unbroken.keys() and all(torch.equal(parts[k], unbroken[k]) for k in parts)
     assert [r["global_step"] for r in _records(run)] == [r["global_step"] for r in _records(tmp_path / "unbroken")]
 
@@ -245,7 +289,7 @@ def test_a_run_trained_in_parts_by_the_sweep_equals_an_unbroken_run(tiny_sweep, 
 def test_report_figures_drawn_elsewhere_or_here_when_that_fails(tiny_sweep):
     from concurrent.futures import ThreadPoolExecutor
 
-    from bgp4.aggregate import write_sweep_report
+    from bgp4.report.aggregate import write_sweep_report
 
     class Broken(ThreadPoolExecutor):  # a worker that cannot draw them (died, or sees no directory)
         def submit(self, *args, **kwargs):
@@ -267,7 +311,19 @@ def test_rerun_skips_every_finished_run(tiny_sweep, data_file):
     out, _ = tiny_sweep
     models = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
     logs = {p: p.read_text() for p in (out / "runs").glob("*/log.txt")}
-    again = _cli("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", *TINY_PARTS, cwd=out.parent)
+    again = _cli(
+        "sweep",
+        "--data",
+        str(data_file),
+        "--out",
+        "s",
+        "--models",
+        "rnvp,p4inv",
+        "--seeds",
+        "2",
+        *TINY_PARTS,
+        cwd=out.parent,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert "all 4 runs are complete" in again.stdout
     assert models == {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/model.pt")}
@@ -278,16 +334,39 @@ def test_rerun_skips_every_finished_run(tiny_sweep, data_file):
 def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text("checkpoint-minutes = 0.0002\n")  # a checkpoint at almost every step
-    args = ["sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp,p4inv", "--seeds", "2", "--config", str(config),
-            *TINY[:TINY.index("--steps")], "--steps", "400", *TINY[TINY.index("--steps") + 2:]]
-    sweep = subprocess.Popen([sys.executable, "-m", "bgp4.cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    args = [
+        "sweep",
+        "--data",
+        str(data_file),
+        "--out",
+        "s",
+        "--models",
+        "rnvp,p4inv",
+        "--seeds",
+        "2",
+        "--config",
+        str(config),
+        *TINY[: TINY.index("--steps")],
+        "--steps",
+        "400",
+        *TINY[TINY.index("--steps") + 2 :],
+    ]
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "bgp4.cli", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killed = None
     deadline = time.monotonic() + 600
     while killed is None and time.monotonic() < deadline and sweep.poll() is None:
         for run in (tmp_path / "s" / "runs").glob("*"):
             log, metrics = run / "log.txt", run / "metrics.jsonl"
-            if not (log.exists() and metrics.exists() and (run / "checkpoint.pt").exists()) or (run / "complete.json").exists():
+            if (
+                not (log.exists() and metrics.exists() and (run / "checkpoint.pt").exists())
+                or (run / "complete.json").exists()
+            ):
                 continue
             steps = [r["global_step"] for r in _records(run)]
             if steps and steps[-1] >= 100:
@@ -302,8 +381,11 @@ def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
     runs = sorted((tmp_path / "s" / "runs").iterdir())
     assert len(runs) == 4 and all((r / "complete.json").exists() for r in runs)
     # the task the killed worker was on (this run's part, or another's) ran again on another process
-    starts = [(log.parent.name, pid, what) for log in runs for pid, what in
-              re.findall(r"pid (\d+): task started: (.*)", (log / "log.txt").read_text())]
+    starts = [
+        (log.parent.name, pid, what)
+        for log in runs
+        for pid, what in re.findall(r"pid (\d+): task started: (.*)", (log / "log.txt").read_text())
+    ]
     lost = [(run, what) for run, pid, what in starts if pid == killed_pid]
     assert any((run, what) in lost for run, pid, what in starts if pid != killed_pid)
     for run in runs:
@@ -311,7 +393,12 @@ def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
         assert steps == sorted(set(steps)), f"duplicated records in {run.name}"
     twin = next(r for r in runs if r != killed and r.name.split("-")[0] == killed.name.split("-")[0])
     assert len(_records(killed)) == len(_records(twin))
-    assert json.loads((tmp_path / "s" / "report" / "metrics.json").read_text())["metrics"]["test_nll"]["models"]["rnvp"]["n"] == 2
+    assert (
+        json.loads((tmp_path / "s" / "report" / "metrics.json").read_text())["metrics"]["test_nll"]["models"]["rnvp"][
+            "n"
+        ]
+        == 2
+    )
 
 
 @pytest.mark.slow
@@ -321,10 +408,31 @@ def test_interrupted_sweep_checkpoints_its_running_runs(data_file, tmp_path):
     command exits with code 130."""
     config = tmp_path / "run.toml"
     config.write_text("checkpoint-minutes = 60.0\n")  # no periodic checkpoint within this test
-    args = ["sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp", "--seeds", "2", "--config", str(config),
-            *TINY[:TINY.index("--steps")], "--steps", "100000", *TINY[TINY.index("--steps") + 2:]]
-    sweep = subprocess.Popen([sys.executable, "-m", "bgp4.cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    args = [
+        "sweep",
+        "--data",
+        str(data_file),
+        "--out",
+        "s",
+        "--models",
+        "rnvp",
+        "--seeds",
+        "2",
+        "--config",
+        str(config),
+        *TINY[: TINY.index("--steps")],
+        "--steps",
+        "100000",
+        *TINY[TINY.index("--steps") + 2 :],
+    ]
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "bgp4.cli", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     runs = [tmp_path / "s" / "runs" / f"rnvp-s{seed}" for seed in (0, 1)]
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and sweep.poll() is None:

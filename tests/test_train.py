@@ -1,4 +1,5 @@
 """Training end to end on tiny sizes: both models, resume equals an unbroken run, config, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,9 @@ import pytest
 import torch
 
 from bgp4.errors import InputError
-from bgp4.md import MDSettings, simulate
-from bgp4.train import Trainer, TrainSettings, train
-from bgp4.rundir import RunDirectory
+from bgp4.generator.rundir import RunDirectory
+from bgp4.generator.train import Trainer, TrainSettings, train
+from bgp4.simulation.md import MDSettings, simulate
 
 TINY = dict(blocks=2, hidden=32, batch=64, steps=150, energy_steps=10, eval_every=50, workers=1)
 
@@ -43,7 +44,7 @@ def test_short_training_lowers_test_nll(md_file, tmp_path, model):
     energy = [r for r in records if r["phase"] == "energy"]
     assert energy and np.isfinite(energy[-1]["energy_kT"])
     assert (tmp_path / model / "training.png").stat().st_size > 0
-    from bgp4.model import load_generator
+    from bgp4.generator.model import load_generator
 
     bg = load_generator(run.file("model.pt"))
     assert bg.config["kind"] == model
@@ -53,11 +54,12 @@ def test_short_training_lowers_test_nll(md_file, tmp_path, model):
 
 
 def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
-    from bgp4.data import load_trajectory, relabel_rotors
+    from bgp4.simulation.data import load_trajectory, relabel_rotors
 
     data = load_trajectory(md_file)
-    settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="off",
-                             **{**TINY, "steps": 5, "energy_steps": 0}).validated()
+    settings = TrainSettings(
+        data=str(md_file), model="rnvp", augment=True, compile="off", **{**TINY, "steps": 5, "energy_steps": 0}
+    ).validated()
     (tmp_path / "aug").mkdir(), (tmp_path / "plain").mkdir()
     trainer = Trainer(settings, RunDirectory(tmp_path / "aug"), data)
     plain = Trainer(replace(settings, augment=False), RunDirectory(tmp_path / "plain"), data)
@@ -77,9 +79,9 @@ def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
 
 
 def test_augment_without_interchangeable_hydrogens_is_refused(md_file, tmp_path, monkeypatch):
-    import bgp4.train
+    import bgp4.generator.train
 
-    monkeypatch.setattr(bgp4.train, "rotor_hydrogens", lambda molecule: [])
+    monkeypatch.setattr(bgp4.generator.train, "rotor_hydrogens", lambda molecule: [])
     settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="off", **TINY)
     with pytest.raises(InputError, match="no interchangeable hydrogen triples"):
         train(settings, tmp_path / "run", progress=False)
@@ -111,10 +113,11 @@ def _assert_same_model(a_run: Path, b_run: Path) -> None:
 
 def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
     """A sweep trains a run in parts (`fit(until=...)`), on a Trainer its worker kept or a new one."""
-    from bgp4.train import finish_training, prepare_training
+    from bgp4.generator.train import finish_training, prepare_training
 
-    settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=5, **{**TINY, "steps": 30, "energy_steps": 6,
-                                                                                    "eval_every": 10})
+    settings = TrainSettings(
+        data=str(md_file), model="p4inv", merge_every=5, **{**TINY, "steps": 30, "energy_steps": 6, "eval_every": 10}
+    )
     train(settings, tmp_path / "unbroken", progress=False)
     kept = prepare_training(settings, tmp_path / "parts")
     assert kept.fit(progress=False, until=13) is None and kept.step == 13
@@ -127,8 +130,10 @@ def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
     finish_training(fresh, summary)
     assert RunDirectory(tmp_path / "parts").complete
     _assert_same_model(tmp_path / "unbroken", tmp_path / "parts")
-    records = [[{k: v for k, v in r.items() if k != "wall_s"} for r in RunDirectory(tmp_path / run).records()]
-               for run in ("unbroken", "parts")]
+    records = [
+        [{k: v for k, v in r.items() if k != "wall_s"} for r in RunDirectory(tmp_path / run).records()]
+        for run in ("unbroken", "parts")
+    ]
     assert records[0] == records[1]
 
 
@@ -136,8 +141,14 @@ def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
 def test_augmented_compiled_run_resumes_exactly(md_file, tmp_path, monkeypatch):
     # the compile warm-up runs on every start: it must not draw from the checkpointed batch stream
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
-    settings = TrainSettings(data=str(md_file), model="rnvp", augment=True, compile="on", checkpoint_minutes=1e-9,
-                             **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10})
+    settings = TrainSettings(
+        data=str(md_file),
+        model="rnvp",
+        augment=True,
+        compile="on",
+        checkpoint_minutes=1e-9,
+        **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10},
+    )
     train(settings, tmp_path / "unbroken", progress=False)
     _killed_at(settings, tmp_path / "broken", 13, monkeypatch)
     train(settings, tmp_path / "broken", progress=False)
@@ -146,8 +157,13 @@ def test_augmented_compiled_run_resumes_exactly(md_file, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_resume_after_interruption_equals_unbroken_run(md_file, tmp_path, monkeypatch):
-    settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=5, checkpoint_minutes=1e-9,
-                             **{**TINY, "steps": 30, "energy_steps": 6, "eval_every": 10})
+    settings = TrainSettings(
+        data=str(md_file),
+        model="p4inv",
+        merge_every=5,
+        checkpoint_minutes=1e-9,
+        **{**TINY, "steps": 30, "energy_steps": 6, "eval_every": 10},
+    )
     train(settings, tmp_path / "unbroken", progress=False)
     _killed_at(settings, tmp_path / "broken", 33, monkeypatch)
     assert not RunDirectory(tmp_path / "broken").complete
@@ -162,7 +178,9 @@ def test_resume_after_interruption_equals_unbroken_run(md_file, tmp_path, monkey
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_config_file_and_flags_combine_and_rerun_is_complete(md_file, tmp_path, cli):
@@ -173,7 +191,13 @@ def test_config_file_and_flags_combine_and_rerun_is_complete(md_file, tmp_path, 
     first = cli(*args)
     assert first.returncode == 0, first.stderr
     stored = json.loads((out / "settings.json").read_text())
-    assert (stored["model"], stored["steps"], stored["batch"], stored["lr"], stored["energy_steps"]) == ("rnvp", 20, 32, 0.002, 0)
+    assert (stored["model"], stored["steps"], stored["batch"], stored["lr"], stored["energy_steps"]) == (
+        "rnvp",
+        20,
+        32,
+        0.002,
+        0,
+    )
     assert stored["merge_every"] == 100  # untouched default
     again = cli(*args)
     assert again.returncode == 0 and "already complete" in again.stdout
@@ -234,7 +258,7 @@ def test_compiled_likelihood_matches_eager_through_p4inv_merges(md_file, tmp_pat
     """The compiled training loss reads the P4Inv buffers that merges change in place."""
     from torch._dynamo.utils import counters
 
-    from bgp4.data import load_trajectory
+    from bgp4.simulation.data import load_trajectory
 
     settings = TrainSettings(data=str(md_file), model="p4inv", compile="on", merge_every=2, **TINY).validated()
     run = RunDirectory(tmp_path / "run")
@@ -255,11 +279,12 @@ def test_compiled_likelihood_matches_eager_through_p4inv_merges(md_file, tmp_pat
 
 
 def test_failed_compile_falls_back_to_eager(md_file, tmp_path, monkeypatch, capsys):
-    from bgp4.data import load_trajectory
+    from bgp4.simulation.data import load_trajectory
 
     def broken_compile(fn, **kwargs):
         def compiled(*args):
             raise RuntimeError("no C++ compiler found")
+
         return compiled
 
     monkeypatch.setattr(torch, "compile", broken_compile)
@@ -275,7 +300,7 @@ def test_failed_compile_falls_back_to_eager(md_file, tmp_path, monkeypatch, caps
 
 
 def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
-    from bgp4.data import load_trajectory
+    from bgp4.simulation.data import load_trajectory
 
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
@@ -290,11 +315,35 @@ def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
     import signal
     import time
 
-    args = ["--data", str(md_file), "--model", "p4inv", "--blocks", "2", "--hidden", "32", "--batch", "64",
-            "--steps", "800", "--energy-steps", "0", "--merge-every", "5", "--eval-every", "50", "--quiet"]
+    args = [
+        "--data",
+        str(md_file),
+        "--model",
+        "p4inv",
+        "--blocks",
+        "2",
+        "--hidden",
+        "32",
+        "--batch",
+        "64",
+        "--steps",
+        "800",
+        "--energy-steps",
+        "0",
+        "--merge-every",
+        "5",
+        "--eval-every",
+        "50",
+        "--quiet",
+    ]
     out = tmp_path / "interrupted"
-    proc = subprocess.Popen([sys.executable, "-m", "bgp4.cli", "train", "--out", str(out), *args],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bgp4.cli", "train", "--out", str(out), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and sum(1 for _ in RunDirectory(out).records()) < 2:
         time.sleep(0.1)
@@ -324,8 +373,8 @@ def test_overwrite_refuses_a_directory_that_is_not_a_run(md_file, tmp_path, cli)
 
 # ------------------------------------------------------------------ the energy-phase loss
 def test_energy_phase_loss_weights_and_masks_out_of_domain_samples():
-    from bgp4.energy import regularize_energy
-    from bgp4.train import energy_phase_loss
+    from bgp4.generator.train import energy_phase_loss
+    from bgp4.simulation.energy import regularize_energy
 
     nll = torch.tensor(3.0, requires_grad=True)
     u = torch.tensor([1.0, 2.0, 5e3, float("inf"), -7.0])  # kT: one above the soft cap, one unevaluable
@@ -352,28 +401,34 @@ def test_energy_phase_loss_weights_and_masks_out_of_domain_samples():
 
 
 def _tiny_trainer(md_file, tmp_path, **overrides):
-    from bgp4.data import load_trajectory
+    from bgp4.simulation.data import load_trajectory
 
-    settings = TrainSettings(data=str(md_file), **{**TINY, "blocks": 1, "hidden": 8, "compile": "off", **overrides}).validated()
+    settings = TrainSettings(
+        data=str(md_file), **{**TINY, "blocks": 1, "hidden": 8, "compile": "off", **overrides}
+    ).validated()
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
     return Trainer(settings, run, load_trajectory(settings.data))
 
 
 def test_likelihood_loss_is_minus_log_q_on_a_toy_generator(md_file, tmp_path):
-    from bgp4.train import likelihood_loss
+    from bgp4.generator.train import likelihood_loss
 
     trainer = _tiny_trainer(md_file, tmp_path, model="rnvp")
     x = torch.as_tensor(trainer.bg.sample(16).x.detach())
     y, logdet = trainer.bg.flow_coordinates(x)
-    np.testing.assert_allclose(likelihood_loss(trainer.bg, y, logdet).detach(), -trainer.bg.log_prob(x).detach(), rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(
+        likelihood_loss(trainer.bg, y, logdet).detach(), -trainer.bg.log_prob(x).detach(), rtol=1e-5, atol=1e-3
+    )
 
 
 def test_penalty_weight_adds_the_p4inv_bound_penalty(md_file, tmp_path):
-    from bgp4.train import p4inv_penalty
+    from bgp4.generator.train import p4inv_penalty
 
     trainer = _tiny_trainer(md_file, tmp_path, model="p4inv", penalty_weight=2.0, energy_steps=0)
-    assert trainer.p4inv_layers and float(p4inv_penalty(trainer.p4inv_layers).detach()) == 0.0  # inside the bounds at the start
+    assert (
+        trainer.p4inv_layers and float(p4inv_penalty(trainer.p4inv_layers).detach()) == 0.0
+    )  # inside the bounds at the start
     with torch.no_grad():  # push one layer's log|det A| far above its merge bound
         layer = trainer.p4inv_layers[0]
         layer.logabsdet += 100.0
@@ -388,7 +443,7 @@ def test_penalty_weight_adds_the_p4inv_bound_penalty(md_file, tmp_path):
 def test_settings_missing_from_an_older_run_count_as_defaults():
     from dataclasses import asdict
 
-    from bgp4.config import changed_settings
+    from bgp4.settings import changed_settings
 
     current = asdict(TrainSettings())
     older = {k: v for k, v in current.items() if k != "penalty_weight"}
@@ -418,8 +473,12 @@ def test_training_leaves_the_callers_random_generator_alone(md_file, tmp_path):
     torch.manual_seed(1234)
     expected = torch.rand(3)
     torch.manual_seed(1234)
-    settings = TrainSettings(data=str(md_file), model="p4inv", merge_every=2,
-                             **{**TINY, "steps": 8, "energy_steps": 0, "blocks": 1, "hidden": 8})
+    settings = TrainSettings(
+        data=str(md_file),
+        model="p4inv",
+        merge_every=2,
+        **{**TINY, "steps": 8, "energy_steps": 0, "blocks": 1, "hidden": 8},
+    )
     train(settings, tmp_path / "run", progress=False)
     assert torch.equal(torch.rand(3), expected)
 
@@ -428,7 +487,7 @@ def test_training_leaves_the_callers_random_generator_alone(md_file, tmp_path):
 def test_rerun_ignores_workers_checkpoint_interval_and_data_path_but_not_results(md_file, tmp_path):
     import shutil
 
-    from bgp4.data import load_trajectory, write_trajectory
+    from bgp4.simulation.data import load_trajectory, write_trajectory
 
     settings = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 10, "energy_steps": 0, "blocks": 1})
     train(settings, tmp_path / "run", progress=False)
@@ -457,8 +516,7 @@ def test_plain_mdtraj_data_needs_a_temperature(md_file, tmp_path):
     summary, _ = train(replace(settings, temperature=450.0), tmp_path / "run", progress=False)
     assert summary["temperature"] == 450.0
     with pytest.raises(InputError, match="records 600 K, but --temperature says 300 K"):
-        train(replace(settings, data=str(md_file), temperature=300.0), tmp_path / "x",
-              progress=False)
+        train(replace(settings, data=str(md_file), temperature=300.0), tmp_path / "x", progress=False)
 
 
 def test_damaged_checkpoint_is_refused_cleanly(md_file, tmp_path):
@@ -471,7 +529,7 @@ def test_damaged_checkpoint_is_refused_cleanly(md_file, tmp_path):
 
 
 def test_init_starts_from_a_finished_run_and_refuses_a_mismatch(md_file, tmp_path):
-    from bgp4.model import load_generator
+    from bgp4.generator.model import load_generator
 
     base = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10})
     first, _ = train(base, tmp_path / "first", progress=False)

@@ -1,8 +1,21 @@
 """Normalizing-flow layers: the Flow contract, the mixed coordinate transform, affine and spline couplings, P4Inv."""
+
 from bgp4.flows.base import Flow, SequentialFlow, SubsetFlow
-from bgp4.flows.p4inv import P4InvLinear, P4InvScheduler
 from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling, Swap
+from bgp4.flows.p4inv import P4InvLinear, P4InvScheduler
 from bgp4.flows.splines import CircularShift, MaskedCoupling, RQSpline
 
-__all__ = ["Flow", "SequentialFlow", "SubsetFlow", "CircularShift", "MaskedCoupling", "RQSpline", "P4InvLinear", "P4InvScheduler", "MixedCoordinateTransform", "AffineCoupling", "Swap"]
+__all__ = [
+    "Flow",
+    "SequentialFlow",
+    "SubsetFlow",
+    "CircularShift",
+    "MaskedCoupling",
+    "RQSpline",
+    "P4InvLinear",
+    "P4InvScheduler",
+    "MixedCoordinateTransform",
+    "AffineCoupling",
+    "Swap",
+]

@@ -5,9 +5,10 @@ Every layer maps `forward(x) -> (y, logdet)` and `inverse(y) -> (x, logdet)`, wh
 `inverse(forward(x)[0])[1] == -forward(x)[1]`. Tensors are (batch, dim) unless a layer says
 otherwise.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn

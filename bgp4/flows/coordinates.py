@@ -21,7 +21,7 @@ Flow coordinates, (batch, n_dims), in this order: free bonds, angles, torsions, 
               t = cut + pi + torsion_mean + torsion_std * y   for narrow torsions (standardized;
                 in the domain while |torsion_mean + torsion_std * y| < pi)
 With `fix_constrained` every constrained bond of the system is fixed at its constraint length: the
-rigid block and z-matrix come from `bgp4.molecule.constraint_free_layout`, so no constrained pair
+rigid block and z-matrix come from `bgp4.simulation.molecule.constraint_free_layout`, so no constrained pair
 is left as a flow dimension (48 dims for alanine dipeptide instead of 60).
 
 Directions follow the generator (z -> x): `forward` / `to_cartesian` map flow coordinates to
@@ -33,10 +33,12 @@ functions integrated out in bond-length coordinates.
 
 Internally everything is computed in float64; outputs come back in the input's dtype.
 """
+
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
@@ -47,11 +49,13 @@ from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, place
 from bgp4.flows.torsions import TORSION_MODES, TWO_PI, _goes_around, _sparsest_cut, _torsion_from_logit, _torsion_logit
 
 if TYPE_CHECKING:
-    from bgp4.molecule import Molecule
+    from bgp4.simulation.molecule import Molecule
 
 __all__ = ["MixedCoordinateTransform"]
 
 _F64 = torch.float64
+
+
 class MixedCoordinateTransform(nn.Module):
     """Bijection between flow coordinates (batch, n_dims) and positions (batch, n_atoms, 3) nm.
 
@@ -97,11 +101,19 @@ class MixedCoordinateTransform(nn.Module):
         def buf(name: str, *shape: int) -> None:
             self.register_buffer(name, torch.zeros(shape, dtype=_F64))
 
-        buf("bond_mean", len(free)); buf("bond_std", len(free)); buf("fixed_bond_length", len(fixed))
-        buf("angle_mean", n_ic); buf("angle_std", n_ic)
-        buf("torsion_mean", n_ic); buf("torsion_std", n_ic); buf("torsion_cut", n_ic)
-        buf("rigid_ref", n_rb, 3); buf("rigid_mean", 3 * n_rb)
-        buf("pca_vectors", 3 * n_rb, k); buf("pca_std", k); buf("pca_eigenvalues", 3 * n_rb)
+        buf("bond_mean", len(free))
+        buf("bond_std", len(free))
+        buf("fixed_bond_length", len(fixed))
+        buf("angle_mean", n_ic)
+        buf("angle_std", n_ic)
+        buf("torsion_mean", n_ic)
+        buf("torsion_std", n_ic)
+        buf("torsion_cut", n_ic)
+        buf("rigid_ref", n_rb, 3)
+        buf("rigid_mean", 3 * n_rb)
+        buf("pca_vectors", 3 * n_rb, k)
+        buf("pca_std", k)
+        buf("pca_eigenvalues", 3 * n_rb)
         buf("fit_max_rmsd")
         self.register_buffer("torsion_circular", torch.zeros(n_ic, dtype=torch.bool))
 
@@ -136,26 +148,39 @@ class MixedCoordinateTransform(nn.Module):
     # ------------------------------------------------------------------ structure and fitting
     def structure(self) -> dict:
         """Constructor arguments of an equivalent shell (JSON-friendly)."""
-        return {"z_matrix": self.z_matrix, "rigid_block": self.rigid_block, "n_atoms": self.n_atoms,
-                "fixed_rows": self.fixed_rows, "n_rigid_dims": self.n_rigid_dims, "torsions": self.torsions}
+        return {
+            "z_matrix": self.z_matrix,
+            "rigid_block": self.rigid_block,
+            "n_atoms": self.n_atoms,
+            "fixed_rows": self.fixed_rows,
+            "n_rigid_dims": self.n_rigid_dims,
+            "torsions": self.torsions,
+        }
 
     @property
     def circular_mask(self) -> torch.Tensor:
         """(n_dims,) bool: flow coordinates that are angles on [-pi, pi) (circular torsions)."""
         mask = torch.zeros(self.n_dims, dtype=torch.bool, device=self.torsion_circular.device)
         start = self.n_free_bonds + self.n_ic
-        mask[start:start + self.n_ic] = self.torsion_circular
+        mask[start : start + self.n_ic] = self.torsion_circular
         return mask
 
     @classmethod
-    def shell(cls, molecule: "Molecule", fix_constrained: bool = False, n_rigid_dims: Optional[int] = None,
-              torsions: str = "logit") -> "MixedCoordinateTransform":
+    def shell(
+        cls,
+        molecule: Molecule,
+        fix_constrained: bool = False,
+        n_rigid_dims: Optional[int] = None,
+        torsions: str = "logit",
+    ) -> MixedCoordinateTransform:
         """Unfitted transform for `molecule` (its z-matrix, rigid block and, optionally, constraints)."""
         return cls._for_molecule(molecule, fix_constrained, n_rigid_dims, torsions)[0]
 
     @classmethod
-    def _for_molecule(cls, molecule: "Molecule", fix_constrained: bool, n_rigid_dims: Optional[int], torsions: str = "logit"):
-        from bgp4.molecule import constrained_bonds, constraint_free_layout
+    def _for_molecule(
+        cls, molecule: Molecule, fix_constrained: bool, n_rigid_dims: Optional[int], torsions: str = "logit"
+    ):
+        from bgp4.simulation.molecule import constrained_bonds, constraint_free_layout
 
         lengths = constrained_bonds(molecule) if fix_constrained else {}
         if fix_constrained:
@@ -179,9 +204,17 @@ class MixedCoordinateTransform(nn.Module):
         return sorted(p for p in pairs if p in free or set(p) <= block)
 
     @classmethod
-    def fit(cls, frames: torch.Tensor | np.ndarray, molecule: "Molecule", fix_constrained: bool = False,
-            n_rigid_dims: Optional[int] = None, min_std: float = 1e-4, torsion_bins: int = 36,
-            max_rmsd: float = 0.05, torsions: str = "logit") -> "MixedCoordinateTransform":
+    def fit(
+        cls,
+        frames: torch.Tensor | np.ndarray,
+        molecule: Molecule,
+        fix_constrained: bool = False,
+        n_rigid_dims: Optional[int] = None,
+        min_std: float = 1e-4,
+        torsion_bins: int = 36,
+        max_rmsd: float = 0.05,
+        torsions: str = "logit",
+    ) -> MixedCoordinateTransform:
         """Fit normalizations, branch cuts, reference and PCA on training frames (n, n_atoms, 3) nm.
 
         min_std floors every standard deviation (nm or rad): constrained bonds are constant up to
@@ -202,8 +235,10 @@ class MixedCoordinateTransform(nn.Module):
                 off = (r[:, fixed] - t.fixed_bond_length).abs().max().item()
                 if off > 1e-3:
                     raise InputError(f"data break the bond constraints by {off:.2g} nm; fit without fix_constrained")
-            t.bond_mean.copy_(r[:, free].mean(0)); t.bond_std.copy_(r[:, free].std(0).clamp_min(min_std))
-            t.angle_mean.copy_(a.mean(0)); t.angle_std.copy_(a.std(0).clamp_min(min_std))
+            t.bond_mean.copy_(r[:, free].mean(0))
+            t.bond_std.copy_(r[:, free].std(0).clamp_min(min_std))
+            t.angle_mean.copy_(a.mean(0))
+            t.angle_std.copy_(a.std(0).clamp_min(min_std))
             t.torsion_cut.copy_(_sparsest_cut(tor, torsion_bins))
             if torsions == "circular":
                 t.torsion_circular.copy_(_goes_around(tor))
@@ -226,8 +261,10 @@ class MixedCoordinateTransform(nn.Module):
         rmsd = (aligned - ref).square().sum(-1).mean(-1).sqrt()
         self.fit_max_rmsd.copy_(rmsd.max())
         if rmsd.max() > max_rmsd:
-            raise InputError(f"rigid block of a training frame is {rmsd.max():.3f} nm RMSD from the reference "
-                             f"after superposition (limit {max_rmsd} nm): frames are not of this molecule")
+            raise InputError(
+                f"rigid block of a training frame is {rmsd.max():.3f} nm RMSD from the reference "
+                f"after superposition (limit {max_rmsd} nm): frames are not of this molecule"
+            )
         flat = aligned.reshape(len(aligned), -1)
         mean = flat.mean(0)
         evals, evecs = torch.linalg.eigh(torch.cov((flat - mean).T))
@@ -236,8 +273,10 @@ class MixedCoordinateTransform(nn.Module):
         k = self.n_rigid_dims
         if evals[k - 1] <= 1e-14:
             raise InputError("rigid block of the training frames does not move in enough directions for the PCA")
-        self.rigid_mean.copy_(mean); self.pca_eigenvalues.copy_(evals)
-        self.pca_vectors.copy_(evecs[:, :k]); self.pca_std.copy_(evals[:k].sqrt())
+        self.rigid_mean.copy_(mean)
+        self.pca_eigenvalues.copy_(evals)
+        self.pca_vectors.copy_(evecs[:, :k])
+        self.pca_std.copy_(evals[:k].sqrt())
 
     # ------------------------------------------------------------------ helpers
     def _b(self, name: str) -> torch.Tensor:
@@ -330,12 +369,15 @@ class MixedCoordinateTransform(nn.Module):
         bonds, angles, torsions = self.internal_coordinates(x)
         coords, torsion_logjac = self._torsion_to_flow(torsions)
         block = self._align_block(x[:, self._rigid_idx]).reshape(x.shape[0], -1)
-        y = torch.cat((
-            (bonds[:, self._free_rows] - self._b("bond_mean")) / self._b("bond_std"),
-            (angles - self._b("angle_mean")) / self._b("angle_std"),
-            coords,
-            ((block - self._b("rigid_mean")) @ self._b("pca_vectors")) / self._b("pca_std"),
-        ), dim=1)
+        y = torch.cat(
+            (
+                (bonds[:, self._free_rows] - self._b("bond_mean")) / self._b("bond_std"),
+                (angles - self._b("angle_mean")) / self._b("angle_std"),
+                coords,
+                ((block - self._b("rigid_mean")) @ self._b("pca_vectors")) / self._b("pca_std"),
+            ),
+            dim=1,
+        )
         logdet = (2.0 * bonds.log() + angles.sin().log()).sum(1) - torsion_logjac + self._log_scale()
         return y.to(dtype), (-logdet).to(dtype)
 

@@ -8,6 +8,7 @@ layer is one batched matmul over the pair (t, s), with activations kept contiguo
 and same function as two separate `nn.Sequential`s with half the kernel launches and autograd
 nodes (run/bench/bench_flow.py times both).
 """
+
 from __future__ import annotations
 
 import math

@@ -2,6 +2,7 @@
 
 Positions are in nm, angles in radians. Shapes: (..., 3) per atom position unless stated.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -7,6 +7,7 @@ matrix determinant lemma in O(n^2). Every few optimizer steps the perturbation i
 A (again O(n^2)); `P4InvScheduler` runs those merges, the forced merges and the occasional
 O(n^3) correction of the stored inverse.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,8 +79,10 @@ class P4InvLinear(Flow):
         if not isinstance(dim, int) or dim < 1:
             raise InputError(f"P4InvLinear needs a positive integer dim, got {dim!r}")
         if not (c0_min <= c0_max and c1_min <= c1_max):
-            raise InputError(f"P4InvLinear bounds need c0_min <= c0_max and c1_min <= c1_max, "
-                             f"got [{c0_min}, {c0_max}] and [{c1_min}, {c1_max}]")
+            raise InputError(
+                f"P4InvLinear bounds need c0_min <= c0_max and c1_min <= c1_max, "
+                f"got [{c0_min}, {c0_max}] and [{c1_min}, {c1_max}]"
+            )
         factory: dict[str, Any] = {"dtype": dtype or torch.get_default_dtype(), "device": device}
         if init == "eye":
             A = torch.eye(dim, **factory)
@@ -275,7 +278,11 @@ class P4InvScheduler:
         self.steps = 0
         self.attempts = 0
         self.stats: dict[str, float] = {
-            "accepted": 0, "skipped": 0, "forced": 0, "resets": 0, "corrections": 0,
+            "accepted": 0,
+            "skipped": 0,
+            "forced": 0,
+            "resets": 0,
+            "corrections": 0,
             "max_residual": 0.0,  # worst max|A A_inv - I| seen before a correction
             "last_residual": 0.0,  # worst over layers after the latest correction
         }

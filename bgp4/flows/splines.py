@@ -13,6 +13,7 @@ Directions follow bgp4's Flow contract, generator first: `forward` maps latent -
 coordinates (the spline's inverse), `inverse` maps flow coordinates -> latent (the spline itself,
 the cheaper way, which maximum-likelihood training takes at every step).
 """
+
 from __future__ import annotations
 
 import math
@@ -57,7 +58,7 @@ class RQSpline:
 
     def _spline(self, params: torch.Tensor) -> MonotonicRQSTransform:
         k = self.bins
-        return MonotonicRQSTransform(params[..., :k], params[..., k:2 * k], params[..., 2 * k:], bound=self.bound)
+        return MonotonicRQSTransform(params[..., :k], params[..., k : 2 * k], params[..., 2 * k :], bound=self.bound)
 
     def forward(self, x: torch.Tensor, params: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """y = S(x) and log|dS/dx| (B,) summed over coordinates."""
@@ -83,8 +84,16 @@ class MaskedCoupling(Flow):
     The conditioner's last layer starts at zero, so a fresh coupling is the identity.
     """
 
-    def __init__(self, mask: torch.Tensor, circular: torch.Tensor, hidden: int = 256, layers: int = 2,
-                 bins: int = 8, bound: float = 5.0, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        mask: torch.Tensor,
+        circular: torch.Tensor,
+        hidden: int = 256,
+        layers: int = 2,
+        bins: int = 8,
+        bound: float = 5.0,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         mask, circular = torch.as_tensor(mask, dtype=torch.bool), torch.as_tensor(circular, dtype=torch.bool)
         if mask.shape != circular.shape or mask.ndim != 1 or not 0 < int(mask.sum()) < mask.numel():
@@ -98,8 +107,11 @@ class MaskedCoupling(Flow):
         self.register_buffer("_t", mask.nonzero().flatten(), persistent=False)
         self.register_buffer("_c_circ", cond[circular[cond]], persistent=False)
         self.register_buffer("_c_flat", cond[~circular[cond]], persistent=False)
-        self.register_buffer("_scale", torch.where(circular[mask], bound / math.pi, 1.0).to(dtype or torch.get_default_dtype()),
-                             persistent=False)
+        self.register_buffer(
+            "_scale",
+            torch.where(circular[mask], bound / math.pi, 1.0).to(dtype or torch.get_default_dtype()),
+            persistent=False,
+        )
         n_in = 2 * self._c_circ.numel() + self._c_flat.numel()
         n_out = self._t.numel() * self.spline.n_params
         sizes = [n_in] + [hidden] * layers
@@ -125,8 +137,10 @@ class MaskedCoupling(Flow):
         return y.index_copy(1, self._t, z_t), logdet
 
     def extra_repr(self) -> str:
-        return (f"transformed={self._t.numel()}, conditioning={self.mask.numel() - self._t.numel()}, "
-                f"circular={int(self.circular.sum())}, bins={self.spline.bins}, bound={self.spline.bound}")
+        return (
+            f"transformed={self._t.numel()}, conditioning={self.mask.numel() - self._t.numel()}, "
+            f"circular={int(self.circular.sum())}, bins={self.spline.bins}, bound={self.spline.bound}"
+        )
 
 
 class CircularShift(Flow):

@@ -3,6 +3,7 @@ goes around the circle, and the logit map of the paper's kinds.
 
 Torsions in rad; the logit map takes a torsion in (cut, cut + 2 pi) to the real line.
 """
+
 from __future__ import annotations
 
 import math

@@ -10,6 +10,7 @@ spin-waiting takes a few % of the cores from the workers (compare --torch-thread
 Usage: python run/bench/bench_energy.py [--frames 4096] [--reps 7] [--workers 2] [--platform auto]
        [--torch-threads N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,12 @@ def md_frames(system: openmm.System, positions: np.ndarray, n_frames: int, seed:
 
 def bare_worker(xml: str, platform_name: str, props: dict, frames: np.ndarray, conn) -> None:
     """One bare context: on each b'go', evaluate all frames (same per-frame calls as the workers)."""
-    context = openmm.Context(openmm.XmlSerializer.deserialize(xml), openmm.VerletIntegrator(0.001),
-                             openmm.Platform.getPlatformByName(platform_name), props)
+    context = openmm.Context(
+        openmm.XmlSerializer.deserialize(xml),
+        openmm.VerletIntegrator(0.001),
+        openmm.Platform.getPlatformByName(platform_name),
+        props,
+    )
     energies = np.empty(len(frames))
     forces = np.empty(frames.shape)
     conn.send("ready")
@@ -71,9 +76,9 @@ def main() -> None:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
 
-    from bgp4.energy import OpenMMEnergy
-    from bgp4.molecule import get_molecule
     from bgp4.platform import get_platform
+    from bgp4.simulation.energy import OpenMMEnergy
+    from bgp4.simulation.molecule import get_molecule
 
     molecule = get_molecule()
     t0 = time.perf_counter()

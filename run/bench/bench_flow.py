@@ -19,6 +19,7 @@ batch (--spline-batch, 512 as in the spline presets), timed in the same rounds a
 
 Usage: python run/bench/bench_flow.py [--steps 30] [--threads 2] [--frames 3000] [--no-compile]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bgp4.flows import AffineCoupling, P4InvScheduler  # noqa: E402
-from bgp4.model import build_generator, n_parameters  # noqa: E402
-from bgp4.molecule import get_molecule  # noqa: E402
-from bgp4.train import grad_norm  # noqa: E402
+from bgp4.generator.model import build_generator, n_parameters  # noqa: E402
+from bgp4.generator.train import grad_norm  # noqa: E402
+from bgp4.simulation.molecule import get_molecule  # noqa: E402
 
 
 def md_frames(molecule, n_frames: int, seed: int = 11) -> np.ndarray:
@@ -64,13 +65,18 @@ class PlainCoupling(nn.Module):
         self.c = dim // 2
 
         def net() -> nn.Sequential:
-            return nn.Sequential(nn.Linear(self.c, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, dim - self.c))
+            return nn.Sequential(
+                nn.Linear(self.c, hidden),
+                nn.ReLU(),
+                nn.Linear(hidden, hidden),
+                nn.ReLU(),
+                nn.Linear(hidden, dim - self.c),
+            )
 
         self.t, self.s, self.scale = net(), net(), nn.Parameter(torch.ones(1))
 
     def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x1, y2 = y[:, : self.c], y[:, self.c:]
+        x1, y2 = y[:, : self.c], y[:, self.c :]
         s = torch.tanh(self.s(x1)) * self.scale
         return torch.cat([x1, (y2 - self.t(x1)) * torch.exp(-s)], dim=1), -s.sum(dim=1)
 
@@ -81,7 +87,7 @@ class PlainSwap(nn.Module):
         self.c = dim // 2
 
     def inverse(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.cat([y[:, self.c:], y[:, : self.c]], dim=1), torch.zeros(y.shape[0])
+        return torch.cat([y[:, self.c :], y[:, : self.c]], dim=1), torch.zeros(y.shape[0])
 
 
 class PlainRNVP(nn.Module):
@@ -109,9 +115,12 @@ def copy_weights(fast_layers, plain: PlainRNVP) -> None:
     with torch.no_grad():
         for f, p in zip(fast, plain_couplings, strict=True):
             for k, net in enumerate((p.t, p.s)):
-                net[0].weight.copy_(f.w1[k].T); net[0].bias.copy_(f.b1[k, 0])
-                net[2].weight.copy_(f.w2[k].T); net[2].bias.copy_(f.b2[k, 0])
-                net[4].weight.copy_(f.w3[k].T); net[4].bias.copy_(f.b3[k, 0])
+                net[0].weight.copy_(f.w1[k].T)
+                net[0].bias.copy_(f.b1[k, 0])
+                net[2].weight.copy_(f.w2[k].T)
+                net[2].bias.copy_(f.b2[k, 0])
+                net[4].weight.copy_(f.w3[k].T)
+                net[4].bias.copy_(f.b3[k, 0])
             p.scale.copy_(f.scale)
 
 
@@ -121,8 +130,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--frames", type=int, default=3000)
     parser.add_argument("--spline-batch", type=int, default=512, help="batch of the spline kinds' step")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time the torch.compile'd step (`bgp4 train --compile`); about 2 min the first time")
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the torch.compile'd step (`bgp4 train --compile`); about 2 min the first time",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -130,7 +143,9 @@ def main() -> None:
     frames = md_frames(molecule, args.frames)
     batch = torch.as_tensor(frames[:256], dtype=torch.float32)
 
-    models = {kind: build_generator(kind, frames, molecule=molecule) for kind in ("rnvp", "p4inv", "spline", "spline-p4inv")}
+    models = {
+        kind: build_generator(kind, frames, molecule=molecule) for kind in ("rnvp", "p4inv", "spline", "spline-p4inv")
+    }
     for kind, model in models.items():
         print(f"parameters_{kind}: {n_parameters(model)}")
     transform = models["rnvp"].transform
@@ -162,7 +177,9 @@ def main() -> None:
         print(f"compile_s_{model.config['kind']}: {time.perf_counter() - start:.1f}")
         return nll
 
-    coords = {kind: model.flow_coordinates(torch.as_tensor(frames, dtype=torch.float32)) for kind, model in models.items()}
+    coords = {
+        kind: model.flow_coordinates(torch.as_tensor(frames, dtype=torch.float32)) for kind, model in models.items()
+    }
 
     def batch_of(model) -> int:
         return args.spline_batch if model.config["kind"].startswith("spline") else 256
@@ -174,6 +191,7 @@ def main() -> None:
         def nll(_batch: torch.Tensor) -> torch.Tensor:
             z, logdet_flow = model.flow.inverse(y_k[:n])
             return -(model.prior_log_prob(z) + logdet_flow + ld_k[:n])
+
         return nll
 
     # name: (module, loss of a Cartesian batch, fused Adam)
@@ -182,7 +200,11 @@ def main() -> None:
         "p4inv": (models["p4inv"], precomputed(models["p4inv"]), True),
         "spline": (models["spline"], precomputed(models["spline"], args.spline_batch), True),
         "spline-p4inv": (models["spline-p4inv"], precomputed(models["spline-p4inv"], args.spline_batch), True),
-        **({f"{kind}_compiled": (models[kind], compiled(models[kind]), True) for kind in models} if args.compile else {}),
+        **(
+            {f"{kind}_compiled": (models[kind], compiled(models[kind]), True) for kind in models}
+            if args.compile
+            else {}
+        ),
         "rnvp_from_cartesian": (models["rnvp"], models["rnvp"].nll, False),
         "p4inv_from_cartesian": (models["p4inv"], models["p4inv"].nll, False),
         "plain_rnvp": (plain, plain_nll, False),

@@ -8,6 +8,7 @@ steps). Prints `md_efficiency: <bgp4 steps/s / bare steps/s>`; target >= 0.85.
 
     python run/bench/bench_md.py [--frames 200000] [--replicas 2] [--platform auto]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,8 @@ from pathlib import Path
 def _bare(steps: int, platform: str, barrier, results) -> None:
     import openmm
 
-    from bgp4.molecule import get_molecule
     from bgp4.platform import get_platform
+    from bgp4.simulation.molecule import get_molecule
 
     molecule = get_molecule()
     integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
@@ -50,10 +51,12 @@ def bare_steps_per_s(steps_per_replica: int, replicas: int, platform: str) -> fl
 
 
 def simulate_steps_per_s(frames: int, replicas: int, platform: str, save_every: int) -> float:
-    from bgp4.md import MDSettings, simulate
+    from bgp4.simulation.md import MDSettings, simulate
 
     with tempfile.TemporaryDirectory() as tmp:
-        settings = MDSettings(frames=frames, replicas=replicas, platform=platform, equilibration_ps=0.0, save_every=save_every)
+        settings = MDSettings(
+            frames=frames, replicas=replicas, platform=platform, equilibration_ps=0.0, save_every=save_every
+        )
         start = time.perf_counter()
         simulate(Path(tmp) / "bench.h5", settings, progress=False)
         return frames * save_every / (time.perf_counter() - start)

@@ -10,13 +10,14 @@ autograd recording as in training (add --backward to time the backward pass too)
   p4inv:    bgp4.flows.P4InvLinear (stored inverse and log|det|, rank-one perturbation).
 Prints `<layer>_<device>_<n>_ms: <median ms per evaluation>` lines and the CPU speedups at n = 4096.
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -139,9 +140,12 @@ def main(argv: list[str] | None = None) -> dict[tuple[str, str, int], float]:
     devices = [torch.device("cpu")]
     if torch.cuda.is_available() and not args.cpu_only:
         devices.append(torch.device("cuda"))
-    layers = {"standard": StandardLinear, "lu": LULinear,
-              "lu_batchsolve": lambda n, device: LULinear(n, device, invert_matrices=False),
-              "p4inv": lambda n, device: P4InvLinear(n, init="reverse", device=device)}
+    layers = {
+        "standard": StandardLinear,
+        "lu": LULinear,
+        "lu_batchsolve": lambda n, device: LULinear(n, device, invert_matrices=False),
+        "p4inv": lambda n, device: P4InvLinear(n, init="reverse", device=device),
+    }
     results: dict[tuple[str, str, int], float] = {}
     print(f"batch: {BATCH}, float32, backward: {args.backward}, cpu threads: {torch.get_num_threads()}")
     for device in devices:

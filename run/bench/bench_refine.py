@@ -1,4 +1,4 @@
-"""Cost and gain of AIS refinement (`bgp4.refine`) on a trained run's generator.
+"""Cost and gain of AIS refinement (`bgp4.generator.refine`) on a trained run's generator.
 
 For each K: tunes step sizes on the pilot, anneals n samples (the same prior draws for every K)
 and prints `name: value` lines: wall time (pilot and main), seconds per level, energy+force
@@ -13,6 +13,7 @@ Usage: python run/bench/bench_refine.py RUN [--n 10000] [--levels 5 10 20] [--st
 --steps and --independence default to `bgp4 sample --refine`'s: per level one independence
 Metropolis move, then one MALA move. Results before that default used `--steps 2 --independence 0`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,11 +27,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bgp4.config import RefineSettings  # noqa: E402
-from bgp4.weights import lineage_ess, reverse_ess_interval  # noqa: E402
-from bgp4.energy import OpenMMEnergy  # noqa: E402
-from bgp4.model import load_generator  # noqa: E402
-from bgp4.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
+from bgp4.analysis.weights import lineage_ess, reverse_ess_interval  # noqa: E402
+from bgp4.generator.model import load_generator  # noqa: E402
+from bgp4.generator.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
+from bgp4.settings import RefineSettings  # noqa: E402
+from bgp4.simulation.energy import OpenMMEnergy  # noqa: E402
 
 
 def frozen_run(run: Path, threads: int = 0):
@@ -49,8 +50,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--levels", type=int, nargs="+", default=[5, 10, 20])
     parser.add_argument("--steps", type=int, default=RefineSettings.steps, help="MALA/HMC moves per level")
-    parser.add_argument("--independence", type=int, default=RefineSettings.independence,
-                        help="independence Metropolis moves per level, before the MALA/HMC moves")
+    parser.add_argument(
+        "--independence",
+        type=int,
+        default=RefineSettings.independence,
+        help="independence Metropolis moves per level, before the MALA/HMC moves",
+    )
     parser.add_argument("--leapfrog", type=int, default=1)
     parser.add_argument("--resample-ess", type=float, default=0.0)
     parser.add_argument("--power", type=float, default=2.0)
@@ -61,39 +66,61 @@ def main() -> None:
     args = parser.parse_args()
     bg, temperature = frozen_run(args.run, args.threads)
     molecule = bg.molecule()
-    print(f"run: {args.run}  model: {bg.config['kind']}  latent dims: {bg.n_dims}  n: {args.n}  steps: {args.steps}"
-          f"  independence: {args.independence}  leapfrog: {args.leapfrog}  resample_ess: {args.resample_ess}  power: {args.power}"
-          f"  torch threads: {torch.get_num_threads()}")
+    print(
+        f"run: {args.run}  model: {bg.config['kind']}  latent dims: {bg.n_dims}  n: {args.n}  steps: {args.steps}"
+        f"  independence: {args.independence}  leapfrog: {args.leapfrog}  resample_ess: {args.resample_ess}  power: {args.power}"
+        f"  torch threads: {torch.get_num_threads()}"
+    )
     with OpenMMEnergy(molecule.system, temperature, n_workers=args.workers or None) as energy:
         target = GeneratorTarget(bg, energy)
         z0 = target.sample_base(args.n, generator=torch.Generator().manual_seed(args.seed))
         for levels in args.levels:
             betas = schedule(levels, args.power)
             t0 = time.perf_counter()
-            sizes, pilot_evals = tune_step_sizes(target, betas, args.steps, args.leapfrog, n=args.pilot,
-                                                 seed=args.seed + 1, independence=args.independence)
+            sizes, pilot_evals = tune_step_sizes(
+                target,
+                betas,
+                args.steps,
+                args.leapfrog,
+                n=args.pilot,
+                seed=args.seed + 1,
+                independence=args.independence,
+            )
             t1 = time.perf_counter()
             gen = torch.Generator().manual_seed(args.seed)
             chains = start(target, z0.clone(), levels, args.steps)
             raw = chains.log_ratio.clone()
             t2 = time.perf_counter()
             stamps = []
-            run_levels(target, chains, betas, sizes, args.steps, args.leapfrog, gen, args.resample_ess,
-                       on_level=lambda c: stamps.append(time.perf_counter()), independence=args.independence)
+            run_levels(
+                target,
+                chains,
+                betas,
+                sizes,
+                args.steps,
+                args.leapfrog,
+                gen,
+                args.resample_ess,
+                on_level=lambda c: stamps.append(time.perf_counter()),
+                independence=args.independence,
+            )
             t3 = time.perf_counter()
             evals = chains.n_evals + pilot_evals
             per_level = np.diff([t2, *stamps]) if stamps else np.zeros(1)
             log_z = float(torch.logsumexp(chains.log_w, 0) - np.log(args.n))
-            print(f"K={levels}: pilot_s: {t1 - t0:.1f}  start_s: {t2 - t1:.1f}  levels_s: {t3 - t2:.1f}"
-                  f"  s_per_level: {per_level.mean():.2f}  evals: {evals}  evals_per_sample: {evals / args.n:.1f}"
-                  f"  evals_per_s: {(chains.n_evals - args.n) / max(t3 - t2, 1e-9):.0f}"
-                  f"  acceptance: {np.nanmean(chains.acceptance) if levels and args.steps else float('nan'):.2f}"
-                  f"  independence_acceptance: {_first_last(chains.independence_acceptance)}"
-                  f"  ess_raw: {kish_ess(raw):.4f} {_interval(raw)}  ess_refined: {kish_ess(chains.log_w):.4f}"
-                  f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
-                  f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}"
-                  f"  lineage_ess: {lineage_ess(chains.log_w.cpu().numpy(), chains.ancestor.cpu().numpy()):.4f}"
-                  f"  lineages: {chains.ancestor.unique().numel()}", flush=True)
+            print(
+                f"K={levels}: pilot_s: {t1 - t0:.1f}  start_s: {t2 - t1:.1f}  levels_s: {t3 - t2:.1f}"
+                f"  s_per_level: {per_level.mean():.2f}  evals: {evals}  evals_per_sample: {evals / args.n:.1f}"
+                f"  evals_per_s: {(chains.n_evals - args.n) / max(t3 - t2, 1e-9):.0f}"
+                f"  acceptance: {np.nanmean(chains.acceptance) if levels and args.steps else float('nan'):.2f}"
+                f"  independence_acceptance: {_first_last(chains.independence_acceptance)}"
+                f"  ess_raw: {kish_ess(raw):.4f} {_interval(raw)}  ess_refined: {kish_ess(chains.log_w):.4f}"
+                f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
+                f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}"
+                f"  lineage_ess: {lineage_ess(chains.log_w.cpu().numpy(), chains.ancestor.cpu().numpy()):.4f}"
+                f"  lineages: {chains.ancestor.unique().numel()}",
+                flush=True,
+            )
 
 
 def _first_last(rates: np.ndarray) -> str:

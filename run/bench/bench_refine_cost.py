@@ -1,7 +1,7 @@
 """Where one AIS evaluation spends its time: flow forward, flow backward, OpenMM energy and forces.
 
 An AIS move evaluates log pi(z) = -u(f(z)) + log|det df/dz| and its gradient for a batch of
-latent samples (`bgp4.refine.GeneratorTarget.evaluate`). This splits that cost on a trained run's
+latent samples (`bgp4.generator.refine.GeneratorTarget.evaluate`). This splits that cost on a trained run's
 generator, per batch of n samples (median of `--repeats` timings each):
 flow forward with the autograd graph (z -> x, log q), the backward pass to z (through log q and
 through x, with stand-in forces), and u with forces
@@ -10,6 +10,7 @@ that 100,000 samples at K = 20 (47.1 evaluations per sample, pilot included) wou
 
 Usage: python run/bench/bench_refine_cost.py RUN [--n 2000] [--repeats 3] [--threads 0] [--workers 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_refine import frozen_run  # noqa: E402
-from bgp4.energy import OpenMMEnergy  # noqa: E402
-from bgp4.refine import GeneratorTarget  # noqa: E402
+
+from bgp4.generator.refine import GeneratorTarget  # noqa: E402
+from bgp4.simulation.energy import OpenMMEnergy  # noqa: E402
 
 # K = 20 with `bgp4 sample --refine 20`'s moves (one independence + one MALA move per level) on
 # 100,000 samples: 1 + 20 x 2 = 41 per sample, plus the 1,000-sample pilot's 1 + 20 x 4 (0.81)
@@ -85,8 +87,10 @@ def main() -> None:
         evaluate_s = _median_s(lambda: target.evaluate(z.detach()), args.repeats)
     rate = args.n / evaluate_s
     print(f"run: {args.run}  model: {bg.config['kind']}  n: {args.n}  torch threads: {torch.get_num_threads()}")
-    print(f"flow_forward_s: {forward_s:.3f}  flow_backward_s: {backward_s:.3f}  energy_forces_s: {energy_s:.3f}"
-          f"  evaluate_s: {evaluate_s:.3f}  flow_share: {(forward_s + backward_s) / evaluate_s:.2f}")
+    print(
+        f"flow_forward_s: {forward_s:.3f}  flow_backward_s: {backward_s:.3f}  energy_forces_s: {energy_s:.3f}"
+        f"  evaluate_s: {evaluate_s:.3f}  flow_share: {(forward_s + backward_s) / evaluate_s:.2f}"
+    )
     print(f"evals_per_s: {rate:.0f}  minutes_100k_K20: {100_000 * EVALS_PER_SAMPLE_K20 / rate / 60:.1f}")
 
 

@@ -6,6 +6,7 @@ the core an idle worker leaves?
 Builds a quick-preset run (4,000 + 400 steps, batch 256, compiled as the sweep compiles it) in a
 temporary directory and times likelihood steps on 1, 2, 1, 2 threads, after 5 warm-up steps each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,8 @@ import time
 
 import torch
 
-from bgp4.config import TrainSettings
-from bgp4.train import prepare_training
+from bgp4.generator.train import prepare_training
+from bgp4.settings import TrainSettings
 
 
 def main() -> None:
@@ -36,7 +37,10 @@ def main() -> None:
             started = time.perf_counter()
             for _ in range(a.steps):
                 trainer._train_step(None)
-            print(f"{a.model}: {threads} thread(s): {1000 * (time.perf_counter() - started) / a.steps:.1f} ms per step", flush=True)
+            print(
+                f"{a.model}: {threads} thread(s): {1000 * (time.perf_counter() - started) / a.steps:.1f} ms per step",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ within phi > 0; the share of samples and of weight with phi > 0; the ESS the reg
 alone would leave (every weight replaced by its region's mean weight); and the ESS with the
 phi > 0 region's mean weight set equal to the other's (the population error removed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bgp4 import analysis
-from bgp4.data import load_trajectory
+from bgp4.analysis import estimators as analysis
+from bgp4.simulation.data import load_trajectory
 
 
 def kish(w: np.ndarray) -> float:
-    return float(w.sum() ** 2 / (w ** 2).sum() / w.size) if w.size and w.sum() > 0 else float("nan")
+    return float(w.sum() ** 2 / (w**2).sum() / w.size) if w.size and w.sum() > 0 else float("nan")
 
 
 def main() -> None:
@@ -34,9 +35,11 @@ def main() -> None:
         pos = phi > 0
         by_region = np.where(pos, w[pos].mean(), w[~pos].mean())
         corrected = np.where(pos, w * w[~pos].mean() / w[pos].mean(), w)
-        print(f"{run}: ESS {kish(w):.3f}; within phi<0 {kish(w[~pos]):.3f}, within phi>0 {kish(w[pos]):.3f}; "
-              f"phi>0 share of samples {pos.mean():.4f}, of weight {w[pos].sum() / w.sum():.4f}; "
-              f"ESS from the region mismatch alone {kish(by_region):.3f}; with it removed {kish(corrected):.3f}")
+        print(
+            f"{run}: ESS {kish(w):.3f}; within phi<0 {kish(w[~pos]):.3f}, within phi>0 {kish(w[pos]):.3f}; "
+            f"phi>0 share of samples {pos.mean():.4f}, of weight {w[pos].sum() / w.sum():.4f}; "
+            f"ESS from the region mismatch alone {kish(by_region):.3f}; with it removed {kish(corrected):.3f}"
+        )
 
 
 if __name__ == "__main__":

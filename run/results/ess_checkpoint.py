@@ -7,6 +7,7 @@ into INIT_RUN's generator (same architecture), and both generators draw N sample
 latent seed, so the difference in ESS is the training's, not the draws'. Energies from the OpenMM
 bridge at the run's temperature (kT); prints ESS with its bootstrap 95 % interval for each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bgp4.energy import OpenMMEnergy
-from bgp4.model import load_generator
-from bgp4.weights import log_weights, reverse_ess, reverse_ess_interval
+from bgp4.analysis.weights import log_weights, reverse_ess, reverse_ess_interval
+from bgp4.generator.model import load_generator
+from bgp4.simulation.energy import OpenMMEnergy
 
 CHUNK = 5_000
 

@@ -13,6 +13,7 @@ over samples (over lineages when the file has `ancestor`, SMC), and the differen
 reference with its combined standard error (MD blocks and the samples' bootstrap spread).
 Prints `name: value` lines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,11 +26,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bgp4.analysis import backbone_dihedrals, state_free_energy  # noqa: E402
-from bgp4.data import load_trajectory  # noqa: E402
-from bgp4.md import FRAMES_FILE, record_dtype  # noqa: E402
-from bgp4.molecule import get_molecule  # noqa: E402
-from bgp4.sample import REFINED_EXTRAS  # noqa: E402
+from bgp4.analysis.estimators import backbone_dihedrals, state_free_energy  # noqa: E402
+from bgp4.generator.sample import REFINED_EXTRAS  # noqa: E402
+from bgp4.simulation.data import load_trajectory  # noqa: E402
+from bgp4.simulation.md import FRAMES_FILE, record_dtype  # noqa: E402
+from bgp4.simulation.molecule import get_molecule  # noqa: E402
 
 
 def _frames(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -41,10 +42,17 @@ def _frames(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
         record = record_dtype(molecule.n_atoms)
         files = [path / FRAMES_FILE.format(r) for r in range(settings["replicas"])]
         # a replica still equilibrating has no frames file yet
-        parts = [np.fromfile(f, dtype=record, count=f.stat().st_size // record.itemsize) if f.exists()
-                 else np.zeros(0, dtype=record) for f in files]
-        return (np.concatenate([p["xyz"] for p in parts]),
-                np.repeat(np.arange(len(parts)), [len(p) for p in parts]), settings)
+        parts = [
+            np.fromfile(f, dtype=record, count=f.stat().st_size // record.itemsize)
+            if f.exists()
+            else np.zeros(0, dtype=record)
+            for f in files
+        ]
+        return (
+            np.concatenate([p["xyz"] for p in parts]),
+            np.repeat(np.arange(len(parts)), [len(p) for p in parts]),
+            settings,
+        )
     data = load_trajectory(path, extras=("replica",))
     replica = data.extras.get("replica", np.zeros(data.n_frames, dtype=int))
     return data.xyz, np.asarray(replica), data.settings
@@ -62,7 +70,7 @@ def md_blocks(path: Path, block_ns: float) -> tuple[np.ndarray, np.ndarray]:
     for r in np.unique(replica):
         mine = positive[replica == r]
         for start in range(0, len(mine), frames_per_block):
-            block = mine[start:start + frames_per_block]
+            block = mine[start : start + frames_per_block]
             if len(block) >= frames_per_block // 2:  # a short tail block would get a noisy share
                 shares.append(block.mean())
                 sizes.append(len(block) * frame_ns)
@@ -117,24 +125,34 @@ def main() -> None:
             print(f"md {path}: no complete block of {a.block_ns:g} ns yet, left out")
             continue
         p, se = weighted_se(s, n)
-        print(f"md {path}: {n.sum():.0f} ns  blocks {len(s)} of {a.block_ns:g} ns  P(phi>0) {p:.4f} +- {se:.4f}"
-              f"  dF {state_free_energy(p):.3f} +- {df_error(p, se):.3f} kT  block range {s.min():.3f}..{s.max():.3f}")
+        print(
+            f"md {path}: {n.sum():.0f} ns  blocks {len(s)} of {a.block_ns:g} ns  P(phi>0) {p:.4f} +- {se:.4f}"
+            f"  dF {state_free_energy(p):.3f} +- {df_error(p, se):.3f} kT  block range {s.min():.3f}..{s.max():.3f}"
+        )
         shares.append(s)
         sizes.append(n)
     if not shares:
         raise SystemExit("no MD block to compare with")
     p_md, se_md = weighted_se(np.concatenate(shares), np.concatenate(sizes))
     df_md, df_se = state_free_energy(p_md), df_error(p_md, se_md)
-    print(f"md pooled: {sum(n.sum() for n in sizes):.0f} ns  blocks {sum(len(s) for s in shares)}  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT")
+    print(
+        f"md pooled: {sum(n.sum() for n in sizes):.0f} ns  blocks {sum(len(s) for s in shares)}  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT"
+    )
     for path in a.samples:
         p, draws = reweighted(path, a.bootstrap)
         df, df_draws = state_free_energy(p), np.array([state_free_energy(d) for d in draws])
         finite = np.isfinite(df_draws)  # a draw without any weighted phi > 0 sample has dF = inf
         low, high = np.percentile(df_draws[finite], [2.5, 97.5]) if finite.any() else (math.nan, math.nan)
         diff, se = df - df_md, float(np.hypot(np.std(df_draws[finite]), df_se)) if finite.any() else math.nan
-        print(f"samples {path}: P(phi>0) {p:.4f}  dF {df:.3f} [{low:.3f}, {high:.3f}] kT  minus MD {diff:+.3f} +- {se:.3f} kT"
-              f"  within 0.05 kT: {'yes' if abs(diff) <= 0.05 else 'no'}"
-              + (f"  ({(~finite).sum()} of {len(finite)} bootstrap draws without phi > 0, left out)" if not finite.all() else ""))
+        print(
+            f"samples {path}: P(phi>0) {p:.4f}  dF {df:.3f} [{low:.3f}, {high:.3f}] kT  minus MD {diff:+.3f} +- {se:.3f} kT"
+            f"  within 0.05 kT: {'yes' if abs(diff) <= 0.05 else 'no'}"
+            + (
+                f"  ({(~finite).sum()} of {len(finite)} bootstrap draws without phi > 0, left out)"
+                if not finite.all()
+                else ""
+            )
+        )
 
 
 if __name__ == "__main__":

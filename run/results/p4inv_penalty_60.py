@@ -10,6 +10,7 @@ with one torch thread each. Then prints, per weight: merges accepted / skipped /
 largest log|G det A| over the layers and those of the last three layers, the test NLL, and the
 wall time. Runs are resumable (rerun the same command); finished ones are only read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,15 +24,34 @@ import torch
 
 
 def train_command(data: Path, run: Path, weight: float, steps: int) -> list[str]:
-    return [sys.executable, "-m", "bgp4.cli", "train", "--data", str(data), "--model", "p4inv", "--out", str(run),
-            "--no-fix-constrained", "--steps", str(steps), "--energy-steps", "0", "--penalty-weight", str(weight),
-            "--workers", "1", "--quiet"]
+    return [
+        sys.executable,
+        "-m",
+        "bgp4.cli",
+        "train",
+        "--data",
+        str(data),
+        "--model",
+        "p4inv",
+        "--out",
+        str(run),
+        "--no-fix-constrained",
+        "--steps",
+        str(steps),
+        "--energy-steps",
+        "0",
+        "--penalty-weight",
+        str(weight),
+        "--workers",
+        "1",
+        "--quiet",
+    ]
 
 
 def layer_log_dets(run: Path) -> list[float]:
     """log|G det A| of every P4Inv layer of the run's model, in flow order."""
     from bgp4.flows import P4InvLinear
-    from bgp4.model import load_generator
+    from bgp4.generator.model import load_generator
 
     bg = load_generator(run / "model.pt")
     with torch.no_grad():
@@ -50,7 +70,7 @@ def main() -> None:
     runs = {w: a.out / f"w{w:g}" for w in a.weights}
     pending = list(runs.items())
     while pending:
-        batch, pending = pending[:a.parallel], pending[a.parallel:]
+        batch, pending = pending[: a.parallel], pending[a.parallel :]
         procs = [subprocess.Popen(train_command(a.data, run, w, a.steps), env=env) for w, run in batch]
         if any(p.wait() != 0 for p in procs):
             sys.exit("a training run failed; rerun to resume")
@@ -58,11 +78,19 @@ def main() -> None:
     for w, run in runs.items():
         done = json.loads((run / "complete.json").read_text())
         dets = layer_log_dets(run)
-        rows.append({"penalty_weight": w, "accepted": done.get("p4inv_accepted"), "skipped": done.get("p4inv_skipped"),
-                     "forced": done.get("p4inv_forced"), "max_log_det": round(max(dets), 2),
-                     "last_three_log_det": [round(d, 2) for d in dets[-3:]],
-                     "layers_above_c1_max": sum(d > 15.5 for d in dets),
-                     "test_nll": round(done["test_nll_end"], 2), "wall_s": done["wall_s"]})
+        rows.append(
+            {
+                "penalty_weight": w,
+                "accepted": done.get("p4inv_accepted"),
+                "skipped": done.get("p4inv_skipped"),
+                "forced": done.get("p4inv_forced"),
+                "max_log_det": round(max(dets), 2),
+                "last_three_log_det": [round(d, 2) for d in dets[-3:]],
+                "layers_above_c1_max": sum(d > 15.5 for d in dets),
+                "test_nll": round(done["test_nll_end"], 2),
+                "wall_s": done["wall_s"],
+            }
+        )
     for row in rows:
         print(json.dumps(row))
     (a.out / "summary.json").write_text(json.dumps(rows, indent=1))

@@ -16,6 +16,7 @@ sampling, analysis), and per worker process how long it sat idle before the last
 `--tiny` uses a few dozen steps and few samples (a smoke test of this script, minutes).
 `--sweep-only` skips step 2 (no speedup then): the overhead needs only the sweep's own times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,20 @@ QUICK_MD = ["--frames", "100000", "--save-every", "25", "--equilibration-ps", "2
 QUICK_TRAIN = ["--steps", "4000", "--energy-steps", "400", "--eval-every", "500"]
 QUICK_SAMPLES = "20000"
 TINY_MD = ["--frames", "3000", "--equilibration-ps", "2"]
-TINY_TRAIN = ["--steps", "60", "--energy-steps", "5", "--blocks", "2", "--hidden", "16", "--batch", "64", "--eval-every", "20"]
+TINY_TRAIN = [
+    "--steps",
+    "60",
+    "--energy-steps",
+    "5",
+    "--blocks",
+    "2",
+    "--hidden",
+    "16",
+    "--batch",
+    "64",
+    "--eval-every",
+    "20",
+]
 TINY_SAMPLES = "300"
 
 
@@ -61,7 +75,9 @@ def write_timeline(runs_dir: Path, path: Path) -> None:
     for start, run, r in sorted(rows, key=lambda row: row[0]):
         what = f"train to step {r['until']}" if r["task"] == "train" else "sample and analyze"
         built = f" (built the run: {r['build_s']:.1f} s)" if r.get("build_s") else ""
-        lines.append(f"{start - t0:7.1f} {r['ended'] - t0:7.1f} {r['wall_s']:6.1f}  {r['worker'].split()[-1]}  {run}  {what}{built}")
+        lines.append(
+            f"{start - t0:7.1f} {r['ended'] - t0:7.1f} {r['wall_s']:6.1f}  {r['worker'].split()[-1]}  {run}  {what}{built}"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -83,34 +99,75 @@ def main() -> None:
     for model, seed in [] if a.sweep_only else runs:
         run = a.out / "sequential" / f"{model}-s{seed}"
         sequential[run.name] = (
-            bgp4("train", "--data", str(data), "--model", model, "--seed", str(seed), "--out", str(run), "--device", "cpu", *train, "--quiet")
+            bgp4(
+                "train",
+                "--data",
+                str(data),
+                "--model",
+                model,
+                "--seed",
+                str(seed),
+                "--out",
+                str(run),
+                "--device",
+                "cpu",
+                *train,
+                "--quiet",
+            )
             + bgp4("sample", str(run), "--n", samples, "--seed", str(seed), "--device", "cpu", "--quiet")
             + bgp4("analyze", "--data", str(data), str(run), "--out", str(run / "report"), "--seed", str(seed))
         )
     t_sequential = sum(sequential.values())
 
     busy0, total0 = cpu_times()
-    t_sweep = bgp4("sweep", "--data", str(data), "--out", str(a.out / "sweep"), "--models", a.models,
-                   "--seeds", str(a.seeds), *train, "--samples", samples, "--quiet")
+    t_sweep = bgp4(
+        "sweep",
+        "--data",
+        str(data),
+        "--out",
+        str(a.out / "sweep"),
+        "--models",
+        a.models,
+        "--seeds",
+        str(a.seeds),
+        *train,
+        "--samples",
+        samples,
+        "--quiet",
+    )
     busy1, total1 = cpu_times()
     runs_dir = a.out / "sweep" / "runs"
     tasks = {p.parent.name: json.loads(p.read_text())["task_wall_s"] for p in runs_dir.glob("*/sweep-done.json")}
     trained = {p.parent.name: json.loads(p.read_text())["wall_s"] for p in runs_dir.glob("*/complete.json")}
-    records = [json.loads(line) for p in runs_dir.glob("*/sweep-tasks.jsonl") for line in p.read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line)
+        for p in runs_dir.glob("*/sweep-tasks.jsonl")
+        for line in p.read_text().splitlines()
+        if line.strip()
+    ]
     last = max(r["ended"] for r in records)
-    idle_at_end = {w: round(last - max(r["ended"] for r in records if r["worker"] == w), 1) for w in {r["worker"] for r in records}}
+    idle_at_end = {
+        w: round(last - max(r["ended"] for r in records if r["worker"] == w), 1) for w in {r["worker"] for r in records}
+    }
     cores = len(os.sched_getaffinity(0))
     workers = min(cores, len(runs))
     ideal = sum(tasks.values()) / workers
     result = {
-        "runs": len(runs), "cores": cores, "workers": workers,
-        "sequential_s": None if a.sweep_only else round(t_sequential, 1), "sequential_per_run_s": {k: round(v, 1) for k, v in sequential.items()},
-        "sweep_s": round(t_sweep, 1), "sweep_task_s": tasks, "tasks": len(records),
+        "runs": len(runs),
+        "cores": cores,
+        "workers": workers,
+        "sequential_s": None if a.sweep_only else round(t_sequential, 1),
+        "sequential_per_run_s": {k: round(v, 1) for k, v in sequential.items()},
+        "sweep_s": round(t_sweep, 1),
+        "sweep_task_s": tasks,
+        "tasks": len(records),
         "task_s_beyond_training": {k: round(v - trained.get(k, 0.0), 1) for k, v in tasks.items()},
-        "builds": sum(1 for r in records if r.get("build_s")), "build_s": round(sum(r.get("build_s", 0.0) for r in records), 1),
+        "builds": sum(1 for r in records if r.get("build_s")),
+        "build_s": round(sum(r.get("build_s", 0.0) for r in records), 1),
         "idle_before_the_last_task_ended_s": idle_at_end,
         "speedup": None if a.sweep_only else round(t_sequential / t_sweep, 3),
-        "sweep_overhead": round(t_sweep / ideal - 1.0, 4), "cpu_busy_during_sweep": round((busy1 - busy0) / (total1 - total0), 3),
+        "sweep_overhead": round(t_sweep / ideal - 1.0, 4),
+        "cpu_busy_during_sweep": round((busy1 - busy0) / (total1 - total0), 3),
     }
     print(json.dumps(result, indent=1))
     (a.out / "sweep_quick.json").write_text(json.dumps(result, indent=1))

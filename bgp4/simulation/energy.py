@@ -11,8 +11,9 @@ shape (n, n_atoms, 3) or (n, 3 n_atoms):
 
 kT is k_B T in kJ/mol at the object's temperature. A sample that cannot be evaluated (NaN/inf or
 huge coordinates, overlapping atoms, a non-finite OpenMM result, an OpenMM exception) gets energy
-+inf and zero force. The worker processes that run OpenMM live in `bgp4._energy_pool`.
++inf and zero force. The worker processes that run OpenMM live in `bgp4.simulation._energy_pool`.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,10 +23,10 @@ import numpy as np
 import openmm
 import torch
 
-from bgp4._energy_pool import Pool
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.molecule import kT as thermal_energy
 from bgp4.platform import get_platform
+from bgp4.simulation._energy_pool import Pool
+from bgp4.simulation.molecule import kT as thermal_energy
 
 __all__ = ["MAX_ABS_COORDINATE_NM", "OpenMMEnergy", "regularize_energy"]
 
@@ -103,8 +104,9 @@ class OpenMMEnergy:
     is collected, at interpreter exit, and (on Linux) when the parent dies.
     """
 
-    def __init__(self, system: openmm.System | str, temperature: float, n_workers: int | None = None,
-                 platform: str = "auto") -> None:
+    def __init__(
+        self, system: openmm.System | str, temperature: float, n_workers: int | None = None, platform: str = "auto"
+    ) -> None:
         if not isinstance(system, (openmm.System, str)):
             raise InputError(f"system must be an openmm.System or its XML string, got {type(system).__name__}")
         xml = system if isinstance(system, str) else openmm.XmlSerializer.serialize(system)
@@ -201,13 +203,14 @@ class OpenMMEnergy:
         Same device and dtype as x; differentiable (du/dx = -F/kT in 1/nm); +inf where invalid.
         """
         if not isinstance(x, torch.Tensor):
-            raise InputError(f"reduced_energy() takes a torch tensor, got {type(x).__name__}; "
-                             "use energies_kjmol or reduced_energies_forces for numpy")
+            raise InputError(
+                f"reduced_energy() takes a torch tensor, got {type(x).__name__}; "
+                "use energies_kjmol or reduced_energies_forces for numpy"
+            )
         self._check(tuple(x.shape), x.is_floating_point())
         return _ReducedEnergy.apply(x, self)
 
-    def regularized_reduced_energy(self, x: torch.Tensor, high: float = 1e3,
-                                   max: float = 1e9) -> torch.Tensor:  # noqa: A002
+    def regularized_reduced_energy(self, x: torch.Tensor, high: float = 1e3, max: float = 1e9) -> torch.Tensor:  # noqa: A002
         """`regularize_energy(self.reduced_energy(x), high, max)`: (n,) kT from x (n, n_atoms, 3) nm (torch).
 
         Differentiable and finite (at most `max`), safe for losses.
@@ -230,4 +233,6 @@ class OpenMMEnergy:
         self.close()
 
     def __repr__(self) -> str:
-        return f"OpenMMEnergy(n_atoms={self.n_atoms}, {self.temperature} K, {self.platform}, n_workers={self.n_workers})"
+        return (
+            f"OpenMMEnergy(n_atoms={self.n_atoms}, {self.temperature} K, {self.platform}, n_workers={self.n_workers})"
+        )

@@ -1,13 +1,15 @@
-"""Latent-space targets for annealed importance sampling (`bgp4.refine`).
+"""Latent-space targets for annealed importance sampling (`bgp4.generator.refine`).
 
 A target gives the base density N(z) and sampler and the raw log weight r(z) = log pi(z) - log N(z),
 with gradients in z by autograd. `GeneratorTarget` pulls the Boltzmann density back through a
 generator (u in kT, positions in nm); `FunctionTarget` takes plain functions (toy targets, tests).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional, Protocol
+from collections.abc import Callable
+from typing import NamedTuple, Optional, Protocol
 
 import torch
 
@@ -55,15 +57,20 @@ def _with_grads(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad
             bad = ~valid | ~torch.isfinite(gr).all(1)
             gr = torch.where(bad[:, None], torch.zeros_like(gr), gr)
             r = torch.where(bad, torch.full_like(r, -math.inf), r)
-    return Evaluation(lb.detach().double(), r.detach().double(), gb, gr,
-                      {k: v.detach() for k, v in aux.items()})
+    return Evaluation(lb.detach().double(), r.detach().double(), gb, gr, {k: v.detach() for k, v in aux.items()})
 
 
 class FunctionTarget:
     """A target from plain functions of z (B, d): log_base, log_target (unnormalized), sample_base(n, gen)."""
 
-    def __init__(self, dim: int, log_base: Callable, log_target: Callable, sample_base: Callable,
-                 circular: Optional[torch.Tensor] = None):
+    def __init__(
+        self,
+        dim: int,
+        log_base: Callable,
+        log_target: Callable,
+        sample_base: Callable,
+        circular: Optional[torch.Tensor] = None,
+    ):
         self.dim, self.circular = dim, circular
         self._lb, self._lt, self._sample = log_base, log_target, sample_base
 

@@ -11,8 +11,8 @@ from typing import Any, Callable
 import numpy as np
 
 from bgp4.errors import InputError
-from bgp4.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
-from bgp4.weights import lineage_ess
+from bgp4.analysis.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
+from bgp4.analysis.weights import lineage_ess
 
 NOISE_FRAMES = 20_000  # MD frames perturbed for the noise reference column
 #: Why weights count as undefined for a run whose complete.json has no `weights_defined` key.
@@ -37,9 +37,9 @@ def _run_label(path: Path, taken: set[str]) -> str:
 
 def _load_samples(run: Path, n_atoms: int) -> list[tuple[str, dict[str, Any], Any]]:
     """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)]."""
-    from bgp4.data import load_trajectory
-    from bgp4.rundir import COMPLETE, RunDirectory
-    from bgp4.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
+    from bgp4.simulation.data import load_trajectory
+    from bgp4.generator.rundir import COMPLETE, RunDirectory
+    from bgp4.generator.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
 
     rundir = RunDirectory(run)
     settings = rundir.settings()
@@ -61,10 +61,10 @@ def analyze(data_path: str | Path, runs: list[str | Path], out: str | Path = "re
 
     `temperature` (K) is needed only for a data file that records none (a plain mdtraj file).
     """
-    from bgp4 import analysis as A
-    from bgp4 import plots
-    from bgp4.data import load_trajectory, resolve_temperature
-    from bgp4.energy import OpenMMEnergy
+    from bgp4.analysis import estimators as A
+    from bgp4.analysis import plots
+    from bgp4.simulation.data import load_trajectory, resolve_temperature
+    from bgp4.simulation.energy import OpenMMEnergy
     if not runs:
         raise InputError("name at least one run directory to analyze")
     data = load_trajectory(data_path)

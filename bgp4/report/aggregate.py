@@ -1,6 +1,6 @@
 """The report of a sweep: every metric over seeds, with 95 % intervals and paired comparisons.
 
-Each run of a sweep has its own `report/metrics.json` from `bgp4.report.analyze`; this module
+Each run of a sweep has its own `report/metrics.json` from `bgp4.report.analyze.analyze`; this module
 collects the numeric per-model metrics of those files (whatever keys the analysis writes), and
 per model and metric computes the mean over seeds with a Student-t 95 % interval. Each model is
 compared with the first one seed by seed (the same seed means the same train/test split and the
@@ -226,7 +226,7 @@ def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
 
 def seeds_figure(models: list[str], summary: dict[str, Any], path: Path) -> list[Path]:
     """One panel per metric: each seed a dot, the mean with its interval as a bar."""
-    from bgp4 import plots
+    from bgp4.analysis import plots
 
     @plots._styled
     def draw() -> list[Path]:
@@ -253,9 +253,9 @@ def seeds_figure(models: list[str], summary: dict[str, Any], path: Path) -> list
 
 def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, Any]]], path: Path) -> list[Path]:
     """Energy violins: MD, then each model's samples pooled over its seeds (kT)."""
-    from bgp4 import plots
-    from bgp4.data import load_trajectory
-    from bgp4.sample import default_samples_path
+    from bgp4.analysis import plots
+    from bgp4.simulation.data import load_trajectory
+    from bgp4.generator.sample import default_samples_path
 
     done = [(m, r) for m in record["models"] for r in runs[m].values()]
     if not done:
@@ -296,8 +296,8 @@ def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: in
     analyzed first, with the current `bgp4 analyze`. With an `executor` (e.g. a Dask client's,
     whose workers see `sweep_dir`) the two figures are drawn there, side by side.
     """
-    from bgp4.report import analyze
-    from bgp4.sample import default_samples_path
+    from bgp4.report.analyze import analyze
+    from bgp4.generator.sample import default_samples_path
 
     sweep_dir = Path(sweep_dir)
     record, _ = collect(sweep_dir)

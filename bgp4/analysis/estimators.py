@@ -2,8 +2,9 @@
 
 Pure functions on numpy arrays. Energies are reduced (u in kT at the data's temperature),
 positions in nm, angles in radians on [-pi, pi]. Functions that can be undefined (no finite
-samples, empty histograms) return nan; `bgp4.metrics` gathers them into JSON-ready dicts.
+samples, empty histograms) return nan; `bgp4.analysis.metrics` gathers them into JSON-ready dicts.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,18 +13,42 @@ from typing import Any
 import mdtraj
 import numpy as np
 
-from bgp4._arrays import _as_1d, _same_length
-from bgp4.errors import InputError
-from bgp4.weights import (  # noqa: F401 - re-exported: the metric functions in one namespace
-    CI_LEVEL, N_BOOTSTRAP, log_weights, normalized_weights, reverse_ess, reverse_ess_interval,
+from bgp4.analysis._arrays import _as_1d, _same_length
+from bgp4.analysis.weights import (  # noqa: F401 - re-exported: the metric functions in one namespace
+    CI_LEVEL,
+    N_BOOTSTRAP,
+    log_weights,
+    normalized_weights,
+    reverse_ess,
+    reverse_ess_interval,
 )
+from bgp4.errors import InputError
 
 __all__ = [
-    "CI_LEVEL", "KL_EPS", "NOISE_SIGMA_NM", "N_BINS", "N_BOOTSTRAP", "angle_edges", "backbone_dihedrals",
-    "energy_shift", "energy_w2", "free_energy_1d", "log_weights", "low_energy_fraction", "low_energy_threshold",
-    "noisy_reference", "normalized_weights", "phi_positive_population", "ramachandran_floor",
-    "ramachandran_histogram", "ramachandran_kl", "ramachandran_tv", "reverse_ess", "reverse_ess_interval",
-    "state_free_energy", "weighted_quantile",
+    "CI_LEVEL",
+    "KL_EPS",
+    "NOISE_SIGMA_NM",
+    "N_BINS",
+    "N_BOOTSTRAP",
+    "angle_edges",
+    "backbone_dihedrals",
+    "energy_shift",
+    "energy_w2",
+    "free_energy_1d",
+    "log_weights",
+    "low_energy_fraction",
+    "low_energy_threshold",
+    "noisy_reference",
+    "normalized_weights",
+    "phi_positive_population",
+    "ramachandran_floor",
+    "ramachandran_histogram",
+    "ramachandran_kl",
+    "ramachandran_tv",
+    "reverse_ess",
+    "reverse_ess_interval",
+    "state_free_energy",
+    "weighted_quantile",
 ]
 
 #: Default number of bins per axis for Ramachandran histograms and free-energy profiles.
@@ -42,7 +67,7 @@ def backbone_dihedrals(xyz: np.ndarray, molecule: Any) -> tuple[np.ndarray, np.n
 
     Args:
         xyz: (n, n_atoms, 3) positions in nm (a single (n_atoms, 3) frame is accepted).
-        molecule: a `bgp4.molecule.Molecule`: its topology, and its `phi` / `psi` atom 4-tuples.
+        molecule: a `bgp4.simulation.molecule.Molecule`: its topology, and its `phi` / `psi` atom 4-tuples.
     """
     topology = getattr(molecule, "topology", None)
     if not isinstance(topology, mdtraj.Topology) or not hasattr(molecule, "phi"):
@@ -147,8 +172,9 @@ def low_energy_fraction(u: np.ndarray, threshold: float) -> float:
     return float(low.mean())
 
 
-def noisy_reference(xyz: np.ndarray, sigma: float = NOISE_SIGMA_NM,
-                    rng: np.random.Generator | int | None = None) -> np.ndarray:
+def noisy_reference(
+    xyz: np.ndarray, sigma: float = NOISE_SIGMA_NM, rng: np.random.Generator | int | None = None
+) -> np.ndarray:
     """`xyz` (nm, any shape) plus independent N(0, sigma^2) noise per coordinate (sigma in nm)."""
     if not sigma >= 0:
         raise InputError(f"noise sigma must be >= 0 nm, got {sigma}")
@@ -180,8 +206,9 @@ def _histogram_weights(weights: Any | None, n: int) -> np.ndarray:
     return values
 
 
-def ramachandran_histogram(phi: np.ndarray, psi: np.ndarray, bins: int = N_BINS,
-                           weights: np.ndarray | None = None) -> np.ndarray:
+def ramachandran_histogram(
+    phi: np.ndarray, psi: np.ndarray, bins: int = N_BINS, weights: np.ndarray | None = None
+) -> np.ndarray:
     """(bins, bins) probability density on [-pi, pi]^2 (per rad^2), indexed [phi bin, psi bin].
 
     Samples with non-finite angles are dropped; `weights` are linear and non-negative (non-finite
@@ -199,8 +226,15 @@ def ramachandran_histogram(phi: np.ndarray, psi: np.ndarray, bins: int = N_BINS,
     return counts / (counts.sum() * area)
 
 
-def ramachandran_kl(phi_md: np.ndarray, psi_md: np.ndarray, phi_model: np.ndarray, psi_model: np.ndarray,
-                    bins: int = N_BINS, eps: float = KL_EPS, weights: np.ndarray | None = None) -> float:
+def ramachandran_kl(
+    phi_md: np.ndarray,
+    psi_md: np.ndarray,
+    phi_model: np.ndarray,
+    psi_model: np.ndarray,
+    bins: int = N_BINS,
+    eps: float = KL_EPS,
+    weights: np.ndarray | None = None,
+) -> float:
     """KL(MD || model) of (phi, psi) histograms: sum (p+eps) ln((p+eps)/(q+eps)) * bin area.
 
     p and q are densities per rad^2 on a bins x bins grid over [-pi, pi]^2; `weights` (linear,
@@ -216,8 +250,14 @@ def ramachandran_kl(phi_md: np.ndarray, psi_md: np.ndarray, phi_model: np.ndarra
     return float(np.sum(p * np.log(p / q)) * area)
 
 
-def ramachandran_tv(phi_md: np.ndarray, psi_md: np.ndarray, phi_model: np.ndarray, psi_model: np.ndarray,
-                    bins: int = N_BINS, weights: np.ndarray | None = None) -> float:
+def ramachandran_tv(
+    phi_md: np.ndarray,
+    psi_md: np.ndarray,
+    phi_model: np.ndarray,
+    psi_model: np.ndarray,
+    bins: int = N_BINS,
+    weights: np.ndarray | None = None,
+) -> float:
     """Total variation 0.5 * sum |P_i - Q_i| of the (phi, psi) bin probabilities, in [0, 1].
 
     Same bins and `weights` as `ramachandran_kl`; no density floor is needed. nan if either
@@ -231,8 +271,9 @@ def ramachandran_tv(phi_md: np.ndarray, psi_md: np.ndarray, phi_model: np.ndarra
     return float(0.5 * np.abs(p - q).sum() * area)
 
 
-def ramachandran_floor(phi_md: np.ndarray, psi_md: np.ndarray, n: int, bins: int = N_BINS,
-                       rng: np.random.Generator | int | None = 0) -> tuple[float, float]:
+def ramachandran_floor(
+    phi_md: np.ndarray, psi_md: np.ndarray, n: int, bins: int = N_BINS, rng: np.random.Generator | int | None = 0
+) -> tuple[float, float]:
     """Sampling floor (KL, TV) of a model with n samples: a seeded subsample of n MD frames
     scored as the model against the other MD frames as the reference.
 
@@ -248,8 +289,10 @@ def ramachandran_floor(phi_md: np.ndarray, psi_md: np.ndarray, n: int, bins: int
     held_out = np.zeros(phi_a.size, dtype=bool)
     held_out[generator.choice(phi_a.size, size=n, replace=False)] = True
     rest = ~held_out
-    return (ramachandran_kl(phi_a[rest], psi_a[rest], phi_a[held_out], psi_a[held_out], bins),
-            ramachandran_tv(phi_a[rest], psi_a[rest], phi_a[held_out], psi_a[held_out], bins))
+    return (
+        ramachandran_kl(phi_a[rest], psi_a[rest], phi_a[held_out], psi_a[held_out], bins),
+        ramachandran_tv(phi_a[rest], psi_a[rest], phi_a[held_out], psi_a[held_out], bins),
+    )
 
 
 # --------------------------------------------------------------------------- metastable states
@@ -277,8 +320,12 @@ def state_free_energy(p_positive: float) -> float:
     return -math.log(p / (1.0 - p))
 
 
-def free_energy_1d(angle: np.ndarray, bins: int = N_BINS, weights: np.ndarray | None = None,
-                   range: tuple[float, float] = (-np.pi, np.pi)) -> tuple[np.ndarray, np.ndarray]:
+def free_energy_1d(
+    angle: np.ndarray,
+    bins: int = N_BINS,
+    weights: np.ndarray | None = None,
+    range: tuple[float, float] = (-np.pi, np.pi),
+) -> tuple[np.ndarray, np.ndarray]:
     """Free-energy profile F = -ln p (kT) along one angle, shifted so that min F = 0.
 
     Returns (bin centers (bins,) rad, F (bins,) kT); empty bins are nan (gaps in a line plot),

@@ -1,10 +1,10 @@
-"""Worker process of `bgp4.energy.OpenMMEnergy`: evaluates frames in one OpenMM Context.
+"""Worker process of `bgp4.simulation.energy.OpenMMEnergy`: evaluates frames in one OpenMM Context.
 
-Run as `python -m bgp4._energy_worker PLATFORM PROPS_JSON PARENT_PID DIE_WITH_PARENT`. This module
+Run as `python -m bgp4.simulation._energy_worker PLATFORM PROPS_JSON PARENT_PID DIE_WITH_PARENT`. This module
 must import only the standard library, numpy and openmm -- never torch or the rest of bgp4 (and
 `bgp4/__init__.py` must stay free of heavy imports, since `-m` imports it first) -- so a worker
 starts in a few tenths of a second and never re-runs the caller's `__main__`. The parent side
-(start, scheduling, restarts) is `bgp4._energy_pool`.
+(start, scheduling, restarts) is `bgp4.simulation._energy_pool`.
 
 Protocol (little endian, over stdin/stdout pipes): the parent sends the system XML (int64 length +
 bytes); the worker answers int64 0 when ready, or int64 n + n bytes of error text. Then requests:
@@ -12,6 +12,7 @@ int64 n frames, int64 want_forces, n*n_atoms*3 float64 nm; reply: n float64 ener
 where the result is not finite), then if asked n*n_atoms*3 float64 forces (kJ/mol/nm, zero where
 the energy is +inf). EOF ends it.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -44,7 +45,7 @@ def _read_exact(fd: int, n: int) -> bytearray | None:
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data).cast("B")
     while len(view):
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _open_context(xml: bytes, platform_name: str, props: dict[str, str]) -> openmm.Context:

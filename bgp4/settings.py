@@ -3,9 +3,11 @@
 Precedence: built-in defaults < config file < flags given on the command line.
 Keys may be written with dashes or underscores (`energy-steps` or `energy_steps`).
 """
+
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +84,7 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
-#: Generator kinds: the paper's two and the circular spline flows (bgp4.model builds them).
+#: Generator kinds: the paper's two and the circular spline flows (bgp4.generator.model builds them).
 MODELS = ("rnvp", "p4inv", "spline", "spline-p4inv")
 SPLINE_MODELS = ("spline", "spline-p4inv")
 COMPILE_MODES = ("auto", "on", "off")
@@ -91,8 +93,10 @@ LR_SCHEDULES = ("auto", "constant", "cosine")
 
 #: blocks, hidden width and spline bins of each kind when a setting is 0 (paper kinds: appendix F).
 KIND_DEFAULTS: dict[str, dict[str, int]] = {
-    "rnvp": {"blocks": 25, "hidden": 60}, "p4inv": {"blocks": 25, "hidden": 60},
-    "spline": {"blocks": 6, "hidden": 256, "bins": 8}, "spline-p4inv": {"blocks": 6, "hidden": 256, "bins": 8},
+    "rnvp": {"blocks": 25, "hidden": 60},
+    "p4inv": {"blocks": 25, "hidden": 60},
+    "spline": {"blocks": 6, "hidden": 256, "bins": 8},
+    "spline-p4inv": {"blocks": 6, "hidden": 256, "bins": 8},
 }
 
 
@@ -138,7 +142,7 @@ class TrainSettings:
     init: str | None = None  # a finished run to start from (same architecture, data and split)
     augment: bool = False  # relabel interchangeable hydrogens (methyl groups) of training frames at random
 
-    def validated(self) -> "TrainSettings":
+    def validated(self) -> TrainSettings:
         """A copy with the data path made absolute; raises InputError for impossible values."""
         if self.model not in MODELS:
             raise InputError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
@@ -177,9 +181,12 @@ class TrainSettings:
         spline = self.model in SPLINE_MODELS
         arch = resolve_architecture(self.model, self.blocks, self.hidden, self.bins)
         return dataclasses.replace(
-            self, data=str(Path(self.data).expanduser().resolve()),
+            self,
+            data=str(Path(self.data).expanduser().resolve()),
             init=str(Path(self.init).expanduser().resolve()) if self.init else None,
-            blocks=arch["blocks"], hidden=arch["hidden"], bins=arch.get("bins", 0),
+            blocks=arch["blocks"],
+            hidden=arch["hidden"],
+            bins=arch.get("bins", 0),
             lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
             clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline else 0.0),
         )
@@ -195,7 +202,7 @@ class SampleSettings:
     seed: int = 0
     workers: int = 0  # energy-bridge processes; 0: one per core
 
-    def validated(self) -> "SampleSettings":
+    def validated(self) -> SampleSettings:
         if self.n < 1:
             raise InputError(f"--n must be at least 1, got {self.n}")
         if self.batch < 1:
@@ -220,10 +227,8 @@ class RefineSettings:
     power: float = 2.0  # schedule b_k = (k / (K + 1))^power
     pilot: int = 1_000  # samples of the step-size pilot (discarded)
 
-    def validated(self) -> "RefineSettings":
-        from bgp4.refine import _check
-
-        _check(self.levels, self.steps, self.leapfrog, self.resample_ess, self.independence)
+    def validated(self) -> RefineSettings:
+        check_refine(self.levels, self.steps, self.leapfrog, self.resample_ess, self.independence)
         if not (isinstance(self.power, (int, float)) and 0.0 < self.power <= 10.0):
             raise InputError(f"schedule power must be in (0, 10], got {self.power}")
         if self.pilot < 10:
@@ -240,7 +245,7 @@ def settings_record(s: TrainSettings) -> dict[str, Any]:
     """The run's settings as stored in settings.json, with the data file's fingerprint."""
     import json
 
-    from bgp4.data import file_fingerprint
+    from bgp4._io import file_fingerprint
 
     record = json.loads(json.dumps(dataclasses.asdict(s)))
     record["data_fingerprint"] = file_fingerprint(s.data) if Path(s.data).is_file() else None
@@ -254,8 +259,11 @@ def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[
     version) counts as its default."""
     ignored = set(RESULT_NEUTRAL) | {"data_fingerprint"}
     defaults = dataclasses.asdict(TrainSettings())
-    differ = sorted(k for k in set(previous) | set(current)
-                    if k not in ignored and previous.get(k, defaults.get(k)) != current.get(k, defaults.get(k)))
+    differ = sorted(
+        k
+        for k in set(previous) | set(current)
+        if k not in ignored and previous.get(k, defaults.get(k)) != current.get(k, defaults.get(k))
+    )
     if not same_data(previous, current):
         differ.insert(0, "data")
     return differ
@@ -266,3 +274,21 @@ def same_data(previous: dict[str, Any], current: dict[str, Any]) -> bool:
     else by the data file's path."""
     old, new = previous.get("data_fingerprint"), current.get("data_fingerprint")
     return old == new if (old and new) else previous.get("data") == current.get("data")
+
+
+def check_refine(levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int) -> None:
+    """Refuse (InputError) AIS settings that cannot run; messages name the keyword and its CLI flag."""
+    if not isinstance(levels, numbers.Integral) or levels < 0:
+        raise InputError(f"levels (--refine) must be a non-negative integer, got {levels!r}")
+    if not isinstance(steps, numbers.Integral) or steps < 0:
+        raise InputError(f"steps (--refine-steps) must be a non-negative integer, got {steps!r}")
+    if not isinstance(leapfrog, numbers.Integral) or leapfrog < 1:
+        raise InputError(f"leapfrog (--leapfrog) must be at least 1, got {leapfrog!r}")
+    if not 0.0 <= resample_ess <= 1.0:
+        raise InputError(f"resample_ess (--resample-ess) must be in [0, 1], got {resample_ess}")
+    if not isinstance(independence, numbers.Integral) or independence < 0:
+        raise InputError(f"independence (--refine-independence) must be a non-negative integer, got {independence!r}")
+    if steps + independence < 1:
+        raise InputError(
+            "steps (--refine-steps) and independence (--refine-independence) are both 0: the levels would not move"
+        )

@@ -6,27 +6,29 @@ u(x) + log q(x) over flow samples (u in kT from the OpenMM bridge, regularized).
 schedule runs after every optimizer step in both phases. Every piece of state (model, optimizer,
 scheduler, random generators, counters) is checkpointed, so a resumed run equals an unbroken one.
 """
+
 from __future__ import annotations
 
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from bgp4._rng import PrivateRNG
 from bgp4._stop import StopRequest
-from bgp4.config import MODELS, TrainSettings, changed_settings, same_data, settings_record  # noqa: F401 - part of this API
-from bgp4.data import TrajectoryData, load_trajectory, relabel_rotors, resolve_temperature
 from bgp4.errors import InputError
-from bgp4.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty  # noqa: F401 - part of this API
-from bgp4.model import weights_defined
-from bgp4.molecule import rotor_hydrogens
+from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty  # noqa: F401 - part of this API
+from bgp4.generator.model import weights_defined
+from bgp4.generator.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory, check_init
 from bgp4.platform import resolve_device
-from bgp4.rundir import CHECKPOINT, COMPLETE, MODEL, RunDirectory, check_init
+from bgp4.settings import MODELS, TrainSettings, changed_settings, same_data, settings_record  # noqa: F401 - part of this API
+from bgp4.simulation.data import TrajectoryData, load_trajectory, relabel_rotors, resolve_temperature
+from bgp4.simulation.molecule import rotor_hydrogens
 
 LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
 TEST_FRAMES = 10_000  # held-out frames scored at each evaluation
@@ -38,8 +40,8 @@ class Trainer:
     """One run: data, generator, optimizer, P4Inv scheduler and the run directory they write to."""
 
     def __init__(self, settings: TrainSettings, run: RunDirectory, data: TrajectoryData, molecule=None):
-        from bgp4.data import train_test_split
-        from bgp4.model import build_generator
+        from bgp4.generator.model import build_generator
+        from bgp4.simulation.data import train_test_split
 
         self.s, self.run = settings, run
         self.molecule = molecule if molecule is not None else data.molecule()
@@ -52,8 +54,13 @@ class Trainer:
         self.rng = PrivateRNG(settings.seed, self.device)
         with self.rng:
             self.bg = build_generator(
-                settings.model, data.xyz[train_idx], self.molecule, blocks=settings.blocks, hidden=settings.hidden,
-                fix_constrained=settings.fix_constrained, bins=settings.bins,
+                settings.model,
+                data.xyz[train_idx],
+                self.molecule,
+                blocks=settings.blocks,
+                hidden=settings.hidden,
+                fix_constrained=settings.fix_constrained,
+                bins=settings.bins,
             ).to(self.device)
         # the coordinate transform is fixed, so frames are mapped to flow coordinates once, unless
         # each batch relabels its frames first (augment)
@@ -102,18 +109,29 @@ class Trainer:
         # fused Adam is one kernel for all ~400 tensors: 6-8 ms less per step on CPU
         self.optimizer = torch.optim.Adam(self.bg.parameters(), lr=lr, fused=True)
         previous = getattr(self, "scheduler", None)
-        self.scheduler = P4InvScheduler(self.bg, self.optimizer, self.s.merge_every, self.s.force_every, self.s.correct_every)
+        self.scheduler = P4InvScheduler(
+            self.bg, self.optimizer, self.s.merge_every, self.s.force_every, self.s.correct_every
+        )
         if previous is not None:
             self.scheduler.load_state_dict(previous.state_dict())
 
     def checkpoint(self) -> None:
-        self.run.save_torch(CHECKPOINT, {
-            "step": self.step, "skipped": self.skipped, "wall": self.wall, "energy_evaluations": self.energy_evaluations,
-            "model": self.bg.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "rng": self.rng.state_dict(),
-            "batch_rng": self.batch_gen.get_state(), "sample_rng": self.sample_gen.get_state(),
-            "interval": self.interval,
-        })
+        self.run.save_torch(
+            CHECKPOINT,
+            {
+                "step": self.step,
+                "skipped": self.skipped,
+                "wall": self.wall,
+                "energy_evaluations": self.energy_evaluations,
+                "model": self.bg.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": self.rng.state_dict(),
+                "batch_rng": self.batch_gen.get_state(),
+                "sample_rng": self.sample_gen.get_state(),
+                "interval": self.interval,
+            },
+        )
         self._saved = self.run.signature(CHECKPOINT)
 
     def restore(self) -> bool:
@@ -143,7 +161,10 @@ class Trainer:
     def _flow_coordinates(self, xyz: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Frames (n, n_atoms, 3) nm -> flow coordinates (n, dims) and log|dy/dx| (n,) on the device."""
         with torch.no_grad():
-            parts = [self.bg.flow_coordinates(torch.as_tensor(c, device=self.device)) for c in np.array_split(xyz, max(1, len(xyz) // 8192))]
+            parts = [
+                self.bg.flow_coordinates(torch.as_tensor(c, device=self.device))
+                for c in np.array_split(xyz, max(1, len(xyz) // 8192))
+            ]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     def _train_batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,17 +188,23 @@ class Trainer:
         Evaluation keeps the eager path: other batch sizes and no_grad would mean more graphs.
         """
         mode = self.s.compile
-        if self.compiled or mode == "off" or (mode == "auto" and (self.device.type != "cpu" or self.total_steps < COMPILE_MIN_STEPS)):
+        if (
+            self.compiled
+            or mode == "off"
+            or (mode == "auto" and (self.device.type != "cpu" or self.total_steps < COMPILE_MIN_STEPS))
+        ):
             return
         if progress:
-            print("compiling the flow with torch.compile (about a minute the first time) ...", file=sys.stderr, flush=True)
+            print(
+                "compiling the flow with torch.compile (about a minute the first time) ...", file=sys.stderr, flush=True
+            )
         started = time.perf_counter()
         compiled = torch.compile(self._nll, dynamic=False)
         if self.train_xyz is None:
             idx = torch.arange(self.s.batch, device=self.device)  # a fresh tensor, like a real batch
             y, logdet = self.train_y[0][idx], self.train_y[1][idx]
         else:  # frames as simulated: drawing relabellings here would shift the batch stream on resume
-            y, logdet = self._flow_coordinates(self.train_xyz[:self.s.batch])
+            y, logdet = self._flow_coordinates(self.train_xyz[: self.s.batch])
         try:
             compiled(y, logdet).mean().backward()
         except Exception as error:  # noqa: BLE001 - any compiler failure means: train without it
@@ -243,23 +270,31 @@ class Trainer:
 
     def _record(self, interval: list[dict[str, float]], test: bool) -> dict[str, Any]:
         in_ml = self.step <= self.s.steps  # the phase of the step just taken
-        record: dict[str, Any] = {"global_step": self.step, "phase": "ml" if in_ml else "energy",
-                                  "step": self.step if in_ml else self.step - self.s.steps}
+        record: dict[str, Any] = {
+            "global_step": self.step,
+            "phase": "ml" if in_ml else "energy",
+            "step": self.step if in_ml else self.step - self.s.steps,
+        }
         for key in sorted({k for r in interval for k in r}):
             values = [r[key] for r in interval if key in r and math.isfinite(r[key])]
             record[key] = float(np.mean(values)) if values else None
         if test:
             record["test_nll"] = self.test_nll()
-        record.update(skipped_steps=self.skipped, lr=self.optimizer.param_groups[0]["lr"], wall_s=round(self.wall, 2),
-                      energy_evaluations=self.energy_evaluations)
+        record.update(
+            skipped_steps=self.skipped,
+            lr=self.optimizer.param_groups[0]["lr"],
+            wall_s=round(self.wall, 2),
+            energy_evaluations=self.energy_evaluations,
+        )
         if self.scheduler.layers:
             record.update({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()})
         self.run.log(record)
         return record
 
     # -- the loop ------------------------------------------------------------------------
-    def fit(self, progress: bool = True, stop: Callable[[], bool] | None = None,
-            until: int | None = None) -> dict[str, Any] | None:
+    def fit(
+        self, progress: bool = True, stop: Callable[[], bool] | None = None, until: int | None = None
+    ) -> dict[str, Any] | None:
         """Train to the last step (resuming from the checkpoint), save model.pt; returns the summary
         that `train` writes to complete.json. Ctrl-C, SIGTERM or `stop()` turning true save a
         checkpoint at the next step boundary and raise KeyboardInterrupt.
@@ -273,7 +308,7 @@ class Trainer:
         if not self.restore():
             self.run.truncate_log(-1)  # records of a run killed before its first checkpoint
             if self.s.init:
-                from bgp4.model import load_generator
+                from bgp4.generator.model import load_generator
 
                 self.bg.load_state_dict(load_generator(RunDirectory(self.s.init).file(MODEL), self.device).state_dict())
             self._record([], test=True)
@@ -297,7 +332,13 @@ class Trainer:
                     test = phase_end or self.step % self.s.eval_every == 0
                     record = self._record(self.interval, test=test)
                     self.interval = []
-                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("train_nll", "test_nll", "energy_kT") if record.get(k) is not None})
+                    bar.set_postfix(
+                        {
+                            k: f"{record[k]:.3g}"
+                            for k in ("train_nll", "test_nll", "energy_kT")
+                            if record.get(k) is not None
+                        }
+                    )
                 if self.step == self.s.steps and self.s.energy_steps:
                     self._make_optimizer()  # phase 2 starts with a fresh Adam at the energy lr
                     bar.set_description("energy")
@@ -322,7 +363,7 @@ class Trainer:
     def _energy(self):
         """The OpenMM energy of the energy phase (worker processes, kept open between parts)."""
         if self._openmm is None:
-            from bgp4.energy import OpenMMEnergy
+            from bgp4.simulation.energy import OpenMMEnergy
 
             self._openmm = OpenMMEnergy(self.molecule.system, self.temperature, n_workers=self.s.workers or None)
         return self._openmm
@@ -338,10 +379,17 @@ class Trainer:
         records = list(self.run.records())
         tests = [r["test_nll"] for r in records if r.get("test_nll") is not None]
         summary = {
-            "steps": self.total_steps, "skipped_steps": self.skipped, "wall_s": round(self.wall, 1),
-            "test_nll_start": tests[0] if tests else None, "test_nll_end": tests[-1] if tests else None,
-            "temperature": self.temperature, "device": str(self.device), "compiled": self.compiled,
-            "energy_evaluations": self.energy_evaluations, "n_dims": self.bg.n_dims, "molecule": self.molecule.name,
+            "steps": self.total_steps,
+            "skipped_steps": self.skipped,
+            "wall_s": round(self.wall, 1),
+            "test_nll_start": tests[0] if tests else None,
+            "test_nll_end": tests[-1] if tests else None,
+            "temperature": self.temperature,
+            "device": str(self.device),
+            "compiled": self.compiled,
+            "energy_evaluations": self.energy_evaluations,
+            "n_dims": self.bg.n_dims,
+            "molecule": self.molecule.name,
             "parameters": sum(p.numel() for p in self.bg.parameters() if p.requires_grad),
             **weights_defined(self.bg, self.molecule),
             **({f"p4inv_{k}": v for k, v in self.scheduler.stats.items()} if self.scheduler.layers else {}),
@@ -349,8 +397,13 @@ class Trainer:
         return summary
 
 
-def train(settings: TrainSettings, out: str | Path, overwrite: bool = False, progress: bool = True,
-          stop: Callable[[], bool] | None = None) -> tuple[dict[str, Any], bool]:
+def train(
+    settings: TrainSettings,
+    out: str | Path,
+    overwrite: bool = False,
+    progress: bool = True,
+    stop: Callable[[], bool] | None = None,
+) -> tuple[dict[str, Any], bool]:
     """Train (or resume, or find complete) the run in `out`; returns (summary, newly_trained).
 
     `stop`: asked between steps; true saves a checkpoint and raises KeyboardInterrupt (as Ctrl-C).
@@ -399,9 +452,19 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
 
 def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
     """Draw training.png/.pdf and write complete.json (last: its presence marks the run complete)."""
-    from bgp4.plots import training_curves
+    from bgp4.analysis.plots import training_curves
 
     run = trainer.run
-    training_curves([{**r, "step": r["global_step"], "energy": r.get("energy_kT"),
-                      "p4inv_residual": r.get("p4inv_last_residual")} for r in run.records()], run.file("training"))
+    training_curves(
+        [
+            {
+                **r,
+                "step": r["global_step"],
+                "energy": r.get("energy_kT"),
+                "p4inv_residual": r.get("p4inv_last_residual"),
+            }
+            for r in run.records()
+        ],
+        run.file("training"),
+    )
     run.write_json(COMPLETE, summary)

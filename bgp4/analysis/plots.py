@@ -5,12 +5,14 @@ Figures are built on `matplotlib.figure.Figure` objects (never pyplot), so nothi
 no global figure state is touched; the shared style is applied through `rc_context` only while a
 figure is drawn. Energies are in kT, angles in radians.
 """
+
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -19,7 +21,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from bgp4.analysis import angle_edges, ramachandran_histogram
+from bgp4.analysis.estimators import angle_edges, ramachandran_histogram
 from bgp4.errors import InputError
 
 #: rcParams shared by all figures (applied temporarily, see `_styled`).
@@ -49,15 +51,18 @@ _PI_LABELS = ("$-\\pi$", "$-\\pi/2$", "0", "$\\pi/2$", "$\\pi$")
 
 def _styled(func: Callable[..., list[Path]]) -> Callable[..., list[Path]]:
     """Run a figure function under the shared style, restoring the caller's rcParams after."""
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> list[Path]:
         with matplotlib.rc_context(STYLE):
             return func(*args, **kwargs)
+
     return wrapper
 
 
-def _new_figure(n_panels: int, panel_size: tuple[float, float] = (3.2, 2.8),
-                ncols: int | None = None, **subplots_kw: Any) -> tuple[Figure, list[Any]]:
+def _new_figure(
+    n_panels: int, panel_size: tuple[float, float] = (3.2, 2.8), ncols: int | None = None, **subplots_kw: Any
+) -> tuple[Figure, list[Any]]:
     """A Figure with `n_panels` axes on a grid (`ncols` per row, default all in one row);
     `subplots_kw` go to `Figure.subplots` (e.g. sharex=True)."""
     n_panels = max(1, int(n_panels))
@@ -124,9 +129,13 @@ def _auto_clip(columns: Mapping[str, np.ndarray]) -> tuple[float, float]:
 
 
 @_styled
-def energy_violins(columns: Mapping[str, np.ndarray], low_fraction: Mapping[str, float | None],
-                   path: str | Path, clip: tuple[float, float] | None = None,
-                   threshold: float | None = None) -> list[Path]:
+def energy_violins(
+    columns: Mapping[str, np.ndarray],
+    low_fraction: Mapping[str, float | None],
+    path: str | Path,
+    clip: tuple[float, float] | None = None,
+    threshold: float | None = None,
+) -> list[Path]:
     """Violins of sample energies per column (paper figure 6, left).
 
     Args:
@@ -180,8 +189,9 @@ def energy_violins(columns: Mapping[str, np.ndarray], low_fraction: Mapping[str,
 
 
 @_styled
-def ramachandran_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]],
-                        path: str | Path, bins: int = 64) -> list[Path]:
+def ramachandran_panels(
+    panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray | None]], path: str | Path, bins: int = 64
+) -> list[Path]:
     """Joint (phi, psi) densities, one panel per dataset (paper figure 6, right).
 
     Args:
@@ -218,8 +228,9 @@ def ramachandran_panels(panels: Mapping[str, tuple[np.ndarray, np.ndarray, np.nd
         ax.spines[["top", "right"]].set_visible(True)  # a map reads better boxed
         ax.set_xlabel("$\\varphi$")
         ax.set_ylabel("$\\psi$")
-    fig.colorbar(ScalarMappable(norm=norm, cmap=STYLE["image.cmap"]), ax=axes, label="density [rad$^{-2}$]",
-                 shrink=0.85)
+    fig.colorbar(
+        ScalarMappable(norm=norm, cmap=STYLE["image.cmap"]), ax=axes, label="density [rad$^{-2}$]", shrink=0.85
+    )
     return _save(fig, path)
 
 
@@ -262,8 +273,9 @@ def free_energy_phi(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: s
 # --------------------------------------------------------------------------- training curves
 
 
-def _series(records: Sequence[Mapping[str, Any]], key: str,
-            keep: Callable[[Mapping[str, Any]], bool] = lambda r: True) -> tuple[np.ndarray, np.ndarray]:
+def _series(
+    records: Sequence[Mapping[str, Any]], key: str, keep: Callable[[Mapping[str, Any]], bool] = lambda r: True
+) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of the rows where `key` holds a finite number; a missing step is the row index."""
     steps, values = [], []
     for index, record in enumerate(records):
@@ -321,6 +333,7 @@ def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> l
     (linear within +-10 kT), so a rare 1e5 kT sample cannot flatten it. A dotted line marks the
     start of the energy phase.
     """
+
     def in_phase(name: str) -> Callable[[Mapping[str, Any]], bool]:
         return lambda record: record.get("phase", "ml") == name
 

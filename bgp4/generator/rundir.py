@@ -4,14 +4,16 @@ Plain files a person can read: `settings.json`, `metrics.jsonl` (one JSON object
 `checkpoint.pt` (torch, replaced atomically), `model.pt`, `split.npz` (train/test frame indices),
 `complete.json` (written last: its presence means the run is finished).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import pickle
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,7 +22,12 @@ from bgp4._io import atomic_write
 from bgp4.errors import InputError
 
 SETTINGS, METRICS, CHECKPOINT, MODEL, SPLIT, COMPLETE = (
-    "settings.json", "metrics.jsonl", "checkpoint.pt", "model.pt", "split.npz", "complete.json",
+    "settings.json",
+    "metrics.jsonl",
+    "checkpoint.pt",
+    "model.pt",
+    "split.npz",
+    "complete.json",
 )
 
 
@@ -37,8 +44,12 @@ class RunDirectory:
     def complete(self) -> bool:
         return self.file(COMPLETE).exists()
 
-    def prepare(self, settings: dict[str, Any], overwrite: bool,
-                changed: Callable[[dict[str, Any], dict[str, Any]], list[str]] | None = None) -> None:
+    def prepare(
+        self,
+        settings: dict[str, Any],
+        overwrite: bool,
+        changed: Callable[[dict[str, Any], dict[str, Any]], list[str]] | None = None,
+    ) -> None:
         """Create the directory, or check that an existing run has the same settings.
 
         changed(previous, current) names the settings that differ (default: every key whose
@@ -88,6 +99,7 @@ class RunDirectory:
 
     def save_split(self, train: np.ndarray, test: np.ndarray) -> None:
         """The train/test frame indices, as `split.npz` with arrays `train` and `test`."""
+
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a name
                 np.savez(f, train=train, test=test)
@@ -129,7 +141,7 @@ INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "seed
 def check_init(init: str | Path, record: dict[str, Any]) -> None:
     """Refuse (InputError) to start the run with settings `record` from the run directory `init`
     unless that run is finished and has the same architecture, data and train/test split."""
-    from bgp4.config import same_data
+    from bgp4.settings import same_data
 
     source = RunDirectory(init)
     if not source.complete or not source.file(MODEL).is_file():
@@ -139,5 +151,7 @@ def check_init(init: str | Path, record: dict[str, Any]) -> None:
     if not same_data(previous, record):
         differ.insert(0, "data")
     if differ:
-        raise InputError(f"--init {init} was trained with another {', '.join(differ)}; "
-                         "a run can only start from one with the same architecture, data and split")
+        raise InputError(
+            f"--init {init} was trained with another {', '.join(differ)}; "
+            "a run can only start from one with the same architecture, data and split"
+        )

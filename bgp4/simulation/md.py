@@ -7,6 +7,7 @@ an OpenMM checkpoint that names how many records are committed; a replica restar
 truncates its records to that count and continues from the checkpoint, so no frame is lost or
 duplicated. When every replica is done the records become one mdtraj HDF5 file.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,9 @@ class MDSettings:
     replicas: int = 0  # 0: one per core
     seed: int = 0
     platform: str = "auto"
-    molecule: str = ""  # a name registered in bgp4.molecule.MOLECULES; "": the default molecule
+    molecule: str = ""  # a name registered in bgp4.simulation.molecule.MOLECULES; "": the default molecule
 
-    def resolved(self) -> "MDSettings":
+    def resolved(self) -> MDSettings:
         """Validated copy with `replicas` and `platform` made concrete; raises InputError."""
         from bgp4.platform import resolve_platform
 
@@ -63,12 +64,16 @@ class MDSettings:
             raise InputError(f"--replicas must be >= 1, got {self.replicas}")
         if self.seed < 0:
             raise InputError(f"--seed must be >= 0, got {self.seed}")
-        from bgp4.molecule import molecule_name
+        from bgp4.simulation.molecule import molecule_name
 
         molecule = molecule_name(self.molecule)
         replicas = self.replicas or os.cpu_count() or 1
         replicas = min(replicas, self.frames)
-        values = asdict(self) | {"replicas": replicas, "platform": resolve_platform(self.platform), "molecule": molecule}
+        values = asdict(self) | {
+            "replicas": replicas,
+            "platform": resolve_platform(self.platform),
+            "molecule": molecule,
+        }
         return MDSettings(**values)
 
     def frames_of(self, replica: int) -> int:
@@ -117,8 +122,8 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
 
     import openmm
 
-    from bgp4.molecule import get_molecule
     from bgp4.platform import get_platform
+    from bgp4.simulation.molecule import get_molecule
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
@@ -154,8 +159,10 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
     # Quantity unit conversion costs ~35 us a frame (10 % of the MD); check the units once,
     # then read the raw values.
     probe = context.getState(getPositions=True, getEnergy=True)
-    if probe.getPositions(asNumpy=True).unit != openmm.unit.nanometer or \
-            probe.getPotentialEnergy().unit != openmm.unit.kilojoule_per_mole:
+    if (
+        probe.getPositions(asNumpy=True).unit != openmm.unit.nanometer
+        or probe.getPotentialEnergy().unit != openmm.unit.kilojoule_per_mole
+    ):
         raise Bgp4Error("OpenMM returned positions or energies in unexpected units")
     buffer = np.empty(CHECKPOINT_EVERY, dtype=record)
     xyz, epot, ekin = buffer["xyz"], buffer["epot"], buffer["ekin"]  # field views, made once
@@ -182,7 +189,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> No
 def _settings_record(s: MDSettings) -> dict:
     import openmm
 
-    from bgp4.molecule import get_molecule
+    from bgp4.simulation.molecule import get_molecule
 
     return {
         **asdict(s),
@@ -200,11 +207,12 @@ def _settings_record(s: MDSettings) -> dict:
 def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
     """Settings of `s` that `stored` (a settings record) does not share. With `auto_replicas` (the
     user asked for one replica per core) any replica count matches: it follows the machine's cores."""
-    from bgp4.molecule import DEFAULT_MOLECULE
+    from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
     old = {"molecule": DEFAULT_MOLECULE}  # files written before the molecule was recorded
-    return [k for k, v in asdict(s).items()
-            if stored.get(k, old.get(k)) != v and not (k == "replicas" and auto_replicas)]
+    return [
+        k for k, v in asdict(s).items() if stored.get(k, old.get(k)) != v and not (k == "replicas" and auto_replicas)
+    ]
 
 
 def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bool:
@@ -213,7 +221,7 @@ def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bo
     Raises InputError when `out` exists with other settings, or is no bgp4 MD file. A file that
     exists is complete: it is written in one atomic step at the end of `simulate`.
     """
-    from bgp4.data import read_settings
+    from bgp4.simulation.data import read_settings
 
     out = Path(out)
     if not out.exists():
@@ -224,7 +232,9 @@ def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bo
     except (OSError, RuntimeError, ValueError):  # not HDF5 (tables raises HDF5ExtError), or bad JSON
         stored = {}
     if stored.get("kind") != "md":
-        raise InputError(f"{out} exists and is no `bgp4 simulate` output; pass --overwrite to replace it, or use another --out")
+        raise InputError(
+            f"{out} exists and is no `bgp4 simulate` output; pass --overwrite to replace it, or use another --out"
+        )
     differ = _differing(stored, s, auto_replicas=settings.replicas == 0)
     if differ:
         raise InputError(
@@ -266,7 +276,9 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> 
     return work, s
 
 
-def simulate(out: str | os.PathLike, settings: MDSettings = MDSettings(), overwrite: bool = False, progress: bool = True) -> Path:
+def simulate(
+    out: str | os.PathLike, settings: MDSettings = MDSettings(), overwrite: bool = False, progress: bool = True
+) -> Path:
     """Run (or resume) the MD described by `settings` and write the frames to `out` (mdtraj HDF5).
 
     A finished file of the same settings is kept as it is (see `completed`); one of other settings
@@ -282,7 +294,9 @@ def simulate(out: str | os.PathLike, settings: MDSettings = MDSettings(), overwr
     work, s = _prepare(out, s, overwrite, auto_replicas=settings.replicas == 0)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=run_replica, args=(str(work), r, asdict(s), queue), daemon=True) for r in range(s.replicas)]
+    procs = [
+        ctx.Process(target=run_replica, args=(str(work), r, asdict(s), queue), daemon=True) for r in range(s.replicas)
+    ]
     done = [_committed(work, r) for r in range(s.replicas)]
     bar = tqdm(total=s.frames, initial=sum(done), unit="frame", desc="simulate", disable=not progress, smoothing=0.1)
     try:
@@ -305,7 +319,9 @@ def simulate(out: str | os.PathLike, settings: MDSettings = MDSettings(), overwr
         bar.close()
     failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
     if failed:
-        raise Bgp4Error(f"MD replica(s) {failed} failed (exit codes {[procs[r].exitcode for r in failed]}); rerun to resume")
+        raise Bgp4Error(
+            f"MD replica(s) {failed} failed (exit codes {[procs[r].exitcode for r in failed]}); rerun to resume"
+        )
     _assemble(out, work, s)
     shutil.rmtree(work)
     return out
@@ -313,8 +329,8 @@ def simulate(out: str | os.PathLike, settings: MDSettings = MDSettings(), overwr
 
 def _assemble(out: Path, work: Path, s: MDSettings) -> None:
     """Join the replicas' records into one mdtraj HDF5 file, replica after replica."""
-    from bgp4.data import write_trajectory
-    from bgp4.molecule import get_molecule
+    from bgp4.simulation.data import write_trajectory
+    from bgp4.simulation.molecule import get_molecule
 
     molecule = get_molecule(s.molecule)
     record = record_dtype(molecule.n_atoms)

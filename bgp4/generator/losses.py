@@ -1,7 +1,8 @@
 """The training objectives: likelihood, the energy phase's mixed loss, the P4Inv bound penalty.
 
-Losses in nats per frame or sample; energies u in kT. Used by `bgp4.train`.
+Losses in nats per frame or sample; energies u in kT. Used by `bgp4.generator.train`.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,9 @@ def p4inv_penalty(layers) -> torch.Tensor:
     return torch.stack([layer.penalty() for layer in layers]).sum()
 
 
-def energy_phase_loss(nll: torch.Tensor, u: torch.Tensor, log_q: torch.Tensor, ok: torch.Tensor,
-                      energy_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+def energy_phase_loss(
+    nll: torch.Tensor, u: torch.Tensor, log_q: torch.Tensor, ok: torch.Tensor, energy_weight: float
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The energy phase's loss w_l * NLL + w_e * KL, with w_e / w_l = `energy_weight`, w_l + w_e = 1.
 
     nll: mean NLL of a data batch (0-dim, nats); u (B,): energies of flow samples in kT (+inf
@@ -34,17 +36,22 @@ def energy_phase_loss(nll: torch.Tensor, u: torch.Tensor, log_q: torch.Tensor, o
     log q is wrong); 0 when there are none. Returns the loss and what the metrics log records
     (energy mean and 10/50/90 % quantiles over finite in-domain samples, in kT).
     """
-    from bgp4.energy import regularize_energy
+    from bgp4.simulation.energy import regularize_energy
 
     # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
     kl = (regularize_energy(u) + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
     w_l = 1.0 / (1.0 + energy_weight)
     loss = w_l * nll + (1.0 - w_l) * kl
     finite_u = u.detach()[ok & torch.isfinite(u)].double()
-    info = {"train_nll": float(nll.detach()), "reverse_kl": float(kl.detach()),
-            "energy_kT": float(finite_u.mean()) if finite_u.numel() else math.nan,
-            "out_of_domain": float((~ok).float().mean())}
-    quantiles = torch.quantile(finite_u, finite_u.new_tensor([0.1, 0.5, 0.9])).tolist() if finite_u.numel() else [math.nan] * 3
+    info = {
+        "train_nll": float(nll.detach()),
+        "reverse_kl": float(kl.detach()),
+        "energy_kT": float(finite_u.mean()) if finite_u.numel() else math.nan,
+        "out_of_domain": float((~ok).float().mean()),
+    }
+    quantiles = (
+        torch.quantile(finite_u, finite_u.new_tensor([0.1, 0.5, 0.9])).tolist() if finite_u.numel() else [math.nan] * 3
+    )
     info.update(zip(("energy_q10_kT", "energy_median_kT", "energy_q90_kT"), quantiles))
     return loss, info
 

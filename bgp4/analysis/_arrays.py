@@ -1,4 +1,5 @@
 """Input checks shared by the metric modules: 1-d float arrays, equal lengths, JSON floats."""
+
 from __future__ import annotations
 
 import math

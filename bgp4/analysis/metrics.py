@@ -1,9 +1,10 @@
 """One flat, JSON-ready dict of metrics per generator (what `metrics.json` holds per model).
 
-Built from the pure functions of `bgp4.analysis`; energies in kT, angles in rad. Undefined
+Built from the pure functions of `bgp4.analysis.estimators`; energies in kT, angles in rad. Undefined
 values (nan, inf) become None so that the dicts serialize directly; a sweep can aggregate
 every numeric key over seeds.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,22 +12,38 @@ from typing import Any
 
 import numpy as np
 
-from bgp4._arrays import _as_1d, _json_float, _same_length
-from bgp4.analysis import (
-    N_BINS, energy_shift, energy_w2, low_energy_fraction, phi_positive_population, ramachandran_floor,
-    ramachandran_kl, ramachandran_tv, state_free_energy,
+from bgp4.analysis._arrays import _as_1d, _json_float, _same_length
+from bgp4.analysis.estimators import (
+    N_BINS,
+    energy_shift,
+    energy_w2,
+    low_energy_fraction,
+    phi_positive_population,
+    ramachandran_floor,
+    ramachandran_kl,
+    ramachandran_tv,
+    state_free_energy,
 )
-from bgp4.weights import N_BOOTSTRAP, log_weights, normalized_weights, reverse_ess, reverse_ess_interval
+from bgp4.analysis.weights import N_BOOTSTRAP, log_weights, normalized_weights, reverse_ess, reverse_ess_interval
 
 __all__ = ["REWEIGHTED_KEYS", "model_metrics", "summarize_reference"]
 
 #: Keys of `model_metrics` that need importance weights: None (with `weights_note`) where
 #: the weights are not defined.
 REWEIGHTED_KEYS = (
-    "reverse_ess", "reverse_ess_ci_low", "reverse_ess_ci_high", "energy_shift_reweighted_kT",
-    "energy_w2_reweighted", "ramachandran_kl_reweighted", "ramachandran_tv_reweighted",
-    "ramachandran_kl_floor_ess", "ramachandran_tv_floor_ess", "p_phi_positive_reweighted",
-    "p_phi_positive_reweighted_error", "dF_phi_reweighted_kT", "dF_phi_reweighted_error_kT",
+    "reverse_ess",
+    "reverse_ess_ci_low",
+    "reverse_ess_ci_high",
+    "energy_shift_reweighted_kT",
+    "energy_w2_reweighted",
+    "ramachandran_kl_reweighted",
+    "ramachandran_tv_reweighted",
+    "ramachandran_kl_floor_ess",
+    "ramachandran_tv_floor_ess",
+    "p_phi_positive_reweighted",
+    "p_phi_positive_reweighted_error",
+    "dF_phi_reweighted_kT",
+    "dF_phi_reweighted_error_kT",
 )
 
 
@@ -45,8 +62,9 @@ def _states(phi: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, 
     return p, state_free_energy(p)
 
 
-def summarize_reference(u_kT: np.ndarray, u_threshold: float, u_md_kT: np.ndarray | None = None,
-                        phi: np.ndarray | None = None) -> dict[str, float | int | None]:
+def summarize_reference(
+    u_kT: np.ndarray, u_threshold: float, u_md_kT: np.ndarray | None = None, phi: np.ndarray | None = None
+) -> dict[str, float | int | None]:
     """Statistics of a reference column (MD data, MD + noise), JSON-ready.
 
     Keys: n_samples, n_nonfinite, mean_energy_kT, median_energy_kT, energy_shift_kT and
@@ -64,10 +82,22 @@ def summarize_reference(u_kT: np.ndarray, u_threshold: float, u_md_kT: np.ndarra
     return summary
 
 
-def model_metrics(u_model_kT: np.ndarray, log_q: np.ndarray | None, phi: np.ndarray, psi: np.ndarray,
-                  u_md_kT: np.ndarray, phi_md: np.ndarray, psi_md: np.ndarray, u_threshold: float,
-                  bins: int = N_BINS, *, weights_defined: bool, weights_note: str | None = None,
-                  n_boot: int = N_BOOTSTRAP, seed: int = 0) -> dict[str, Any]:
+def model_metrics(
+    u_model_kT: np.ndarray,
+    log_q: np.ndarray | None,
+    phi: np.ndarray,
+    psi: np.ndarray,
+    u_md_kT: np.ndarray,
+    phi_md: np.ndarray,
+    psi_md: np.ndarray,
+    u_threshold: float,
+    bins: int = N_BINS,
+    *,
+    weights_defined: bool,
+    weights_note: str | None = None,
+    n_boot: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> dict[str, Any]:
     """All metrics of one generator's samples against the MD data: one flat, JSON-ready dict.
 
     Args:
@@ -104,12 +134,17 @@ def model_metrics(u_model_kT: np.ndarray, log_q: np.ndarray | None, phi: np.ndar
         energy_w2=_json_float(energy_w2(u_md_kT, u)),
         ramachandran_kl=_json_float(ramachandran_kl(phi_md, psi_md, phi_a, psi_a, bins)),
         ramachandran_tv=_json_float(ramachandran_tv(phi_md, psi_md, phi_a, psi_a, bins)),
-        ramachandran_kl_floor=_json_float(kl_floor), ramachandran_tv_floor=_json_float(tv_floor),
-        ramachandran_floor_note=None if math.isfinite(kl_floor) or n_angles == 0 else (
-            f"floor undefined: the model's {n_angles} samples are not fewer than the {len(phi_md)} MD frames"),
-        p_phi_positive=_json_float(p_raw), p_phi_positive_error=_json_float(p_raw - p_md),
-        dF_phi_kT=_json_float(df_raw), dF_phi_error_kT=_json_float(df_raw - df_md),
-        n_zero_weight=None, weights_defined=bool(weights_defined and log_q is not None),
+        ramachandran_kl_floor=_json_float(kl_floor),
+        ramachandran_tv_floor=_json_float(tv_floor),
+        ramachandran_floor_note=None
+        if math.isfinite(kl_floor) or n_angles == 0
+        else (f"floor undefined: the model's {n_angles} samples are not fewer than the {len(phi_md)} MD frames"),
+        p_phi_positive=_json_float(p_raw),
+        p_phi_positive_error=_json_float(p_raw - p_md),
+        dF_phi_kT=_json_float(df_raw),
+        dF_phi_error_kT=_json_float(df_raw - df_md),
+        n_zero_weight=None,
+        weights_defined=bool(weights_defined and log_q is not None),
         weights_note=None,
     )
     summary.update(dict.fromkeys(REWEIGHTED_KEYS))
@@ -126,14 +161,24 @@ def model_metrics(u_model_kT: np.ndarray, log_q: np.ndarray | None, phi: np.ndar
     low, high = reverse_ess_interval(log_w, n_boot, rng=rng)
     kl_ess, tv_ess = ramachandran_floor(phi_md, psi_md, round(ess * n_angles) if ess == ess else 0, bins, rng=rng)
     p_rw, df_rw = _states(phi_a, weights)
-    summary.update({k: _json_float(v) for k, v in dict(
-        reverse_ess=ess, reverse_ess_ci_low=low, reverse_ess_ci_high=high,
-        energy_shift_reweighted_kT=energy_shift(u, u_md_kT, weights),
-        energy_w2_reweighted=energy_w2(u_md_kT, u, weights),
-        ramachandran_kl_reweighted=ramachandran_kl(phi_md, psi_md, phi_a, psi_a, bins, weights=weights),
-        ramachandran_tv_reweighted=ramachandran_tv(phi_md, psi_md, phi_a, psi_a, bins, weights=weights),
-        ramachandran_kl_floor_ess=kl_ess, ramachandran_tv_floor_ess=tv_ess,
-        p_phi_positive_reweighted=p_rw, p_phi_positive_reweighted_error=p_rw - p_md,
-        dF_phi_reweighted_kT=df_rw, dF_phi_reweighted_error_kT=df_rw - df_md,
-    ).items()})
+    summary.update(
+        {
+            k: _json_float(v)
+            for k, v in dict(
+                reverse_ess=ess,
+                reverse_ess_ci_low=low,
+                reverse_ess_ci_high=high,
+                energy_shift_reweighted_kT=energy_shift(u, u_md_kT, weights),
+                energy_w2_reweighted=energy_w2(u_md_kT, u, weights),
+                ramachandran_kl_reweighted=ramachandran_kl(phi_md, psi_md, phi_a, psi_a, bins, weights=weights),
+                ramachandran_tv_reweighted=ramachandran_tv(phi_md, psi_md, phi_a, psi_a, bins, weights=weights),
+                ramachandran_kl_floor_ess=kl_ess,
+                ramachandran_tv_floor_ess=tv_ess,
+                p_phi_positive_reweighted=p_rw,
+                p_phi_positive_reweighted_error=p_rw - p_md,
+                dF_phi_reweighted_kT=df_rw,
+                dF_phi_reweighted_error_kT=df_rw - df_md,
+            ).items()
+        }
+    )
     return summary

@@ -5,9 +5,9 @@ in nm, `potentialEnergy` (and `kineticEnergy`, `temperature` for MD) per frame i
 bgp4 adds a JSON string attribute `bgp4_settings` on the root node and optional extra per-frame
 arrays (`replica` for MD; `log_q`, `log_w`, `finite` for samples) as root-level arrays.
 """
+
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ from bgp4._io import atomic_write
 from bgp4.errors import InputError
 
 if TYPE_CHECKING:
-    from bgp4.molecule import Molecule
+    from bgp4.simulation.molecule import Molecule
 
 SETTINGS_ATTR = "bgp4_settings"
 
@@ -42,10 +42,10 @@ class TrajectoryData:
     def n_frames(self) -> int:
         return int(self.xyz.shape[0])
 
-    def molecule(self) -> "Molecule":
+    def molecule(self) -> Molecule:
         """The molecule the file records (`molecule` in its settings; the default where it records
         none); raises InputError when the frames have another number of atoms."""
-        from bgp4.molecule import molecule_of
+        from bgp4.simulation.molecule import molecule_of
 
         return molecule_of(self.settings, int(self.xyz.shape[1]), self.source or "the trajectory")
 
@@ -63,6 +63,7 @@ def write_trajectory(
     `potentialEnergy`, `kineticEnergy` (kJ/mol), `temperature` (K): they are written as they come,
     so memory stays at one chunk. `extras` are per-frame arrays stored beside the frames.
     """
+
     def write(tmp: Path) -> None:
         # zlib saves only a quarter of the size of float32 coordinates but makes writing 500,000
         # frames take 3.6 s instead of 0.15 s (and reading 1.1 s instead of 0.1 s)
@@ -90,7 +91,9 @@ def _settings_of(h5: tables.File) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
-def load_trajectory(path: str | os.PathLike, n_atoms: int | None = None, extras: tuple[str, ...] = ()) -> TrajectoryData:
+def load_trajectory(
+    path: str | os.PathLike, n_atoms: int | None = None, extras: tuple[str, ...] = ()
+) -> TrajectoryData:
     """Read a trajectory file; raise InputError if it is missing, unreadable, or (`n_atoms` given)
     has another number of atoms per frame. `.molecule()` of the result checks it against the
     molecule the file records."""
@@ -138,20 +141,6 @@ def resolve_temperature(recorded: float | None, given: float | None, source: str
     return float(recorded)
 
 
-def file_fingerprint(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """A cheap identity of a file's content: its size and a SHA-256 of its first and last `chunk`
-    bytes. A copied or moved file keeps it; other MD data differs in its first frames already."""
-    path = Path(path)
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        digest.update(f.read(chunk))
-        if size > chunk:
-            f.seek(max(chunk, size - chunk))
-            digest.update(f.read(chunk))
-    return f"{size}:{digest.hexdigest()[:32]}"
-
-
 def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded random split of range(n) into (train, test) index arrays, both sorted."""
     if not 0.0 <= test_fraction < 1.0:
@@ -164,7 +153,7 @@ def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarra
 def relabel_rotors(xyz: np.ndarray, triples: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     """Frames (B, n_atoms, 3) with the atoms of each triple relabelled cyclically, shift[b, t] in {0, 1, 2}.
 
-    triples (T, 3) atom indices (`bgp4.molecule.rotor_hydrogens`); atom triples[t][i] of frame b
+    triples (T, 3) atom indices (`bgp4.simulation.molecule.rotor_hydrogens`); atom triples[t][i] of frame b
     takes the position of atom triples[t][(i + shifts[b, t]) % 3]. Shift 0 leaves a frame as it
     is. For interchangeable atoms this is the same physical configuration under another labelling,
     of the same energy: a data augmentation that keeps frames on the Boltzmann distribution.

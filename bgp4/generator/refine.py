@@ -22,28 +22,42 @@ whose samples are discarded, so the main run's kernels are fixed and its weights
 SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
 after which every weight is the mean weight (the normalizer estimate stays unbiased); each
 sample's `ancestor` (the starting sample its lineage began with) is carried along, so that the ESS
-can count the copies of one lineage once (`bgp4.weights.lineage_ess`). Samples with
+can count the copies of one lineage once (`bgp4.analysis.weights.lineage_ess`). Samples with
 r = -inf (infinite energy, outside the coordinate domain) weigh zero and never move. Latent dims
 flagged circular (angles of period 2 pi) are wrapped into [-pi, pi) after each position update.
 
 Schedule: b_k = (k / (K + 1))^power; power 2 (default) puts more levels at small b, where the
 samples are still the generator's and r varies most.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
+from bgp4.analysis.weights import lineage_ess
 from bgp4.errors import InputError
-from bgp4.targets import Evaluation, FunctionTarget, GeneratorTarget, Target
-from bgp4.weights import lineage_ess
+from bgp4.generator.targets import Evaluation, FunctionTarget, GeneratorTarget, Target
+from bgp4.settings import check_refine
 
-__all__ = ["AnnealResult", "Evaluation", "FunctionTarget", "GeneratorTarget", "Target", "anneal",
-           "anneal_target", "kish_ess", "schedule", "tune_step_sizes", "Chains"]
+__all__ = [
+    "AnnealResult",
+    "Evaluation",
+    "FunctionTarget",
+    "GeneratorTarget",
+    "Target",
+    "anneal",
+    "anneal_target",
+    "kish_ess",
+    "schedule",
+    "tune_step_sizes",
+    "Chains",
+]
 
 TARGET_ACCEPT = 0.65
 PILOT = 1_000
@@ -119,20 +133,27 @@ class Chains:
         # the gradients are None when there are no levels (K = 0: nothing moves)
         out = {name: v.cpu().numpy() for name in self.ARRAYS if (v := getattr(self, name)) is not None}
         out.update({f"aux_{k}": v.cpu().numpy() for k, v in self.aux.items()})
-        out.update(level=np.array(self.level), acceptance=self.acceptance, n_evals=np.array(self.n_evals),
-                   independence_acceptance=self.independence_acceptance,
-                   resampled=self.resampled, finished=np.array(self.finished))
+        out.update(
+            level=np.array(self.level),
+            acceptance=self.acceptance,
+            n_evals=np.array(self.n_evals),
+            independence_acceptance=self.independence_acceptance,
+            resampled=self.resampled,
+            finished=np.array(self.finished),
+        )
         return out
 
     @classmethod
-    def from_state(cls, state: dict[str, np.ndarray], device: torch.device | str = "cpu") -> "Chains":
+    def from_state(cls, state: dict[str, np.ndarray], device: torch.device | str = "cpu") -> Chains:
         self = cls.__new__(cls)
         for name in cls.ARRAYS:
             setattr(self, name, torch.as_tensor(np.array(state[name])).to(device) if name in state else None)
         self.aux = {k[4:]: torch.as_tensor(np.array(v)).to(device) for k, v in state.items() if k.startswith("aux_")}
         self.level, self.n_evals = int(state["level"]), int(state["n_evals"])
         self.acceptance, self.resampled = np.array(state["acceptance"]), np.array(state["resampled"])
-        self.independence_acceptance = np.array(state.get("independence_acceptance", np.full(len(self.acceptance), np.nan)))
+        self.independence_acceptance = np.array(
+            state.get("independence_acceptance", np.full(len(self.acceptance), np.nan))
+        )
         self.finished = bool(state["finished"])
         if self.ancestor is None and not self.resampled.any():  # a state saved before lineages were kept
             self.ancestor = torch.arange(len(self.z), device=self.z.device)
@@ -149,7 +170,9 @@ def _wrap(z: torch.Tensor, circular: Optional[torch.Tensor]) -> torch.Tensor:
 def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, gen: torch.Generator) -> float:
     """One HMC move (L leapfrog steps, L = 1: MALA) of every live sample at g_b; returns the mean acceptance."""
     if c.grad_ratio is None:
-        raise ValueError("these chains keep no gradients (started with steps=0): start them with steps > 0 for HMC moves")
+        raise ValueError(
+            "these chains keep no gradients (started with steps=0): start them with steps > 0 for HMC moves"
+        )
     idx = c.live_rows()
     if len(idx) == 0:
         return math.nan
@@ -166,7 +189,7 @@ def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, ge
         passable &= torch.isfinite(ev.log_ratio)
         p = p + (0.5 if step == leapfrog - 1 else 1.0) * eps * (ev.grad_base + b * ev.grad_ratio)
     log_g1 = ev.log_base + b * ev.log_ratio
-    log_acc = (log_g1 - log_g0 - 0.5 * (p.double().square().sum(1) - p0.double().square().sum(1)))
+    log_acc = log_g1 - log_g0 - 0.5 * (p.double().square().sum(1) - p0.double().square().sum(1))
     log_acc = torch.where(passable & torch.isfinite(log_acc), log_acc, torch.full_like(log_acc, -math.inf))
     u = torch.rand(len(idx), generator=gen, dtype=torch.float64).to(z0.device)
     accept = torch.log(u) < log_acc
@@ -203,9 +226,19 @@ def start(target: Target, z0: torch.Tensor, levels: int, steps: int = 1) -> Chai
     return Chains(z0, target.evaluate(z0, grad=levels > 0 and steps > 0), levels)
 
 
-def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndarray, steps: int, leapfrog: int,
-               gen: torch.Generator, resample_ess: float = 0.0, adapt: bool = False,
-               on_level: Optional[Callable[[Chains], None]] = None, independence: int = 1) -> Chains:
+def run_levels(
+    target: Target,
+    c: Chains,
+    betas: np.ndarray,
+    step_sizes: np.ndarray,
+    steps: int,
+    leapfrog: int,
+    gen: torch.Generator,
+    resample_ess: float = 0.0,
+    adapt: bool = False,
+    on_level: Optional[Callable[[Chains], None]] = None,
+    independence: int = 1,
+) -> Chains:
     """Advance `c` from its level to the end of the schedule (see the module docstring): at each
     level, `independence` independence Metropolis moves, then `steps` HMC moves.
 
@@ -241,8 +274,16 @@ def run_levels(target: Target, c: Chains, betas: np.ndarray, step_sizes: np.ndar
     return c
 
 
-def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int, n: int = PILOT,
-                    seed: int = 0, initial: float = 0.5, independence: int = 1) -> tuple[np.ndarray, int]:
+def tune_step_sizes(
+    target: Target,
+    betas: np.ndarray,
+    steps: int,
+    leapfrog: int,
+    n: int = PILOT,
+    seed: int = 0,
+    initial: float = 0.5,
+    independence: int = 1,
+) -> tuple[np.ndarray, int]:
     """Step size per level (K,) adapted to ~65 % acceptance on a pilot batch of n samples; and its evaluations.
 
     The pilot makes the main run's `independence` moves per level and at least three HMC moves.
@@ -256,8 +297,7 @@ def tune_step_sizes(target: Target, betas: np.ndarray, steps: int, leapfrog: int
     # at least three moves per level, so that the size can settle even when steps is 1 or 2
     pilot_steps = max(steps, 3)
     c = start(target, target.sample_base(n, generator=gen), levels, pilot_steps)
-    run_levels(target, c, betas, sizes, pilot_steps, leapfrog, gen, adapt=True,
-               independence=independence)
+    run_levels(target, c, betas, sizes, pilot_steps, leapfrog, gen, adapt=True, independence=independence)
     return sizes, c.n_evals
 
 
@@ -307,17 +347,29 @@ class _Plan:
     pilot_evals: int
 
 
-def anneal_target(target: Target, n: int, levels: int, steps: int = 1, leapfrog: int = 1,
-                  resample_ess: float = 0.0, power: float = 2.0, seed: int = 0, pilot: int = PILOT,
-                  z0: Optional[torch.Tensor] = None, independence: int = 1) -> tuple[Chains, _Plan, torch.Tensor]:
+def anneal_target(
+    target: Target,
+    n: int,
+    levels: int,
+    steps: int = 1,
+    leapfrog: int = 1,
+    resample_ess: float = 0.0,
+    power: float = 2.0,
+    seed: int = 0,
+    pilot: int = PILOT,
+    z0: Optional[torch.Tensor] = None,
+    independence: int = 1,
+) -> tuple[Chains, _Plan, torch.Tensor]:
     """AIS on any `Target`: tune step sizes on a pilot batch, then anneal n base samples (or z0).
 
     Returns the final chains, the plan (betas, step sizes, pilot evaluations) and the raw log
     weights (n,) of the starting samples.
     """
-    _check(levels, steps, leapfrog, resample_ess, independence)
+    check_refine(levels, steps, leapfrog, resample_ess, independence)
     betas = schedule(levels, power)
-    sizes, pilot_evals = tune_step_sizes(target, betas, steps, leapfrog, n=pilot, seed=seed + 1, independence=independence)
+    sizes, pilot_evals = tune_step_sizes(
+        target, betas, steps, leapfrog, n=pilot, seed=seed + 1, independence=independence
+    )
     gen = torch.Generator().manual_seed(int(seed))
     z = target.sample_base(n, generator=gen) if z0 is None else z0
     c = start(target, z, levels, steps)
@@ -326,23 +378,19 @@ def anneal_target(target: Target, n: int, levels: int, steps: int = 1, leapfrog:
     return c, _Plan(betas, sizes, pilot_evals), raw
 
 
-def _check(levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int) -> None:
-    if not isinstance(levels, (int, np.integer)) or levels < 0:
-        raise InputError(f"--refine must be a non-negative integer, got {levels!r}")
-    if not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise InputError(f"--refine-steps must be a non-negative integer, got {steps!r}")
-    if not isinstance(leapfrog, (int, np.integer)) or leapfrog < 1:
-        raise InputError(f"--leapfrog must be at least 1, got {leapfrog!r}")
-    if not 0.0 <= resample_ess <= 1.0:
-        raise InputError(f"--resample-ess must be in [0, 1], got {resample_ess}")
-    if not isinstance(independence, (int, np.integer)) or independence < 0:
-        raise InputError(f"--refine-independence must be a non-negative integer, got {independence!r}")
-    if steps + independence < 1:
-        raise InputError("--refine-steps and --refine-independence are both 0: the levels would not move")
-
-
-def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int = 1, resample_ess: float = 0.0,
-           power: float = 2.0, seed: int = 0, pilot: int = PILOT, independence: int = 1) -> AnnealResult:
+def anneal(
+    generator,
+    energy,
+    n: int,
+    levels: int,
+    steps: int = 1,
+    leapfrog: int = 1,
+    resample_ess: float = 0.0,
+    power: float = 2.0,
+    seed: int = 0,
+    pilot: int = PILOT,
+    independence: int = 1,
+) -> AnnealResult:
     """Refine n samples of a BoltzmannGenerator by AIS towards exp(-u) (`energy`: x nm -> u kT); see module doc.
 
     Per level: `independence` independence Metropolis moves (one energy evaluation per sample
@@ -351,10 +399,23 @@ def anneal(generator, energy, n: int, levels: int, steps: int = 1, leapfrog: int
     leapfrog step).
     """
     target = GeneratorTarget(generator, energy)
-    c, plan, raw = anneal_target(target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot,
-                                 independence=independence)
+    c, plan, raw = anneal_target(
+        target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot, independence=independence
+    )
     with torch.no_grad():
         x = generator.generate(c.z).x
-    return AnnealResult(x, c.z, c.log_w, c.aux["u"], c.aux["log_q"], c.aux["ok"], raw, plan.betas,
-                        plan.step_sizes, c.acceptance, c.n_evals + plan.pilot_evals, c.ancestor,
-                        c.independence_acceptance)
+    return AnnealResult(
+        x,
+        c.z,
+        c.log_w,
+        c.aux["u"],
+        c.aux["log_q"],
+        c.aux["ok"],
+        raw,
+        plan.betas,
+        plan.step_sizes,
+        c.acceptance,
+        c.n_evals + plan.pilot_evals,
+        c.ancestor,
+        c.independence_acceptance,
+    )

@@ -7,6 +7,7 @@ coordinates y -> mixed coordinate transform -> positions x (nm). `log_q` / `log_
 densities w.r.t. the Cartesian volume on the n_dims-dimensional manifold the transform spans
 (rigid motion removed), so reverse-KL losses read u(x) / kT + log_q.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,18 +20,26 @@ import torch
 from torch import nn
 
 from bgp4._io import atomic_write
-from bgp4.config import MODELS, SPLINE_MODELS, resolve_architecture
 from bgp4.errors import InputError
 from bgp4.flows.base import SequentialFlow, SubsetFlow
 from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling
 from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
+from bgp4.settings import MODELS, SPLINE_MODELS, resolve_architecture
 
 if TYPE_CHECKING:
-    from bgp4.molecule import Molecule
+    from bgp4.simulation.molecule import Molecule
 
-__all__ = ["BoltzmannGenerator", "GeneratorSample", "build_flow", "build_generator", "load_generator", "n_parameters", "weights_defined"]
+__all__ = [
+    "BoltzmannGenerator",
+    "GeneratorSample",
+    "build_flow",
+    "build_generator",
+    "load_generator",
+    "n_parameters",
+    "weights_defined",
+]
 
 KINDS, SPLINE_KINDS = MODELS, SPLINE_MODELS
 #: Torsion representation of the transform each kind needs.
@@ -51,8 +60,15 @@ def n_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def build_flow(kind: str, dim: int, blocks: int = 25, hidden: int = 60, dtype: torch.dtype = torch.float32,
-               circular: Optional[torch.Tensor] = None, bins: int = 8) -> SequentialFlow:
+def build_flow(
+    kind: str,
+    dim: int,
+    blocks: int = 25,
+    hidden: int = 60,
+    dtype: torch.dtype = torch.float32,
+    circular: Optional[torch.Tensor] = None,
+    bins: int = 8,
+) -> SequentialFlow:
     """The flow of generator `kind` on (batch, dim).
 
     "rnvp": the paper's `blocks` x [coupling, swap, coupling, swap]; the swaps are folded into the
@@ -81,16 +97,21 @@ def build_flow(kind: str, dim: int, blocks: int = 25, hidden: int = 60, dtype: t
     return SequentialFlow(layers)
 
 
-def _spline_flow(kind: str, dim: int, blocks: int, hidden: int, dtype: torch.dtype,
-                 circular: Optional[torch.Tensor], bins: int) -> SequentialFlow:
-    circular = torch.zeros(dim, dtype=torch.bool) if circular is None else torch.as_tensor(circular, dtype=torch.bool).cpu()
+def _spline_flow(
+    kind: str, dim: int, blocks: int, hidden: int, dtype: torch.dtype, circular: Optional[torch.Tensor], bins: int
+) -> SequentialFlow:
+    circular = (
+        torch.zeros(dim, dtype=torch.bool) if circular is None else torch.as_tensor(circular, dtype=torch.bool).cpu()
+    )
     flat = (~circular).nonzero().flatten()
     # Fixed draws (not the global generator): a shell built for loading gets the same layout.
     g = torch.Generator().manual_seed(1234)
     layers: list[nn.Module] = []
     for _ in range(blocks):
         if circular.any():
-            layers.append(CircularShift(torch.rand(dim, generator=g, dtype=torch.float64) * 2 * math.pi - math.pi, circular))
+            layers.append(
+                CircularShift(torch.rand(dim, generator=g, dtype=torch.float64) * 2 * math.pi - math.pi, circular)
+            )
         mask = torch.zeros(dim, dtype=torch.bool)
         mask[torch.randperm(dim, generator=g)[: dim // 2]] = True
         for m in (mask, ~mask):
@@ -119,13 +140,13 @@ class BoltzmannGenerator(nn.Module):
     @property
     def molecule_name(self) -> str:
         """Name of the molecule the generator was fitted to (files of older versions: the default)."""
-        from bgp4.molecule import DEFAULT_MOLECULE
+        from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
         return str(self.config.get("molecule", DEFAULT_MOLECULE))
 
-    def molecule(self) -> "Molecule":
+    def molecule(self) -> Molecule:
         """The molecule (OpenMM system, topology) the generator was fitted to."""
-        from bgp4.molecule import get_molecule
+        from bgp4.simulation.molecule import get_molecule
 
         return get_molecule(self.molecule_name)
 
@@ -198,8 +219,12 @@ class BoltzmannGenerator(nn.Module):
 
     def save(self, path: str | Path) -> None:
         """Write config, transform structure, dtype and state dict (torch.save)."""
-        payload = {"config": self.config, "transform": self.transform.structure(),
-                   "dtype": str(self.dtype).removeprefix("torch."), "state_dict": self.state_dict()}
+        payload = {
+            "config": self.config,
+            "transform": self.transform.structure(),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "state_dict": self.state_dict(),
+        }
         atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
 
@@ -208,17 +233,25 @@ def _frames_array(data) -> torch.Tensor:
     return x.detach().to("cpu", torch.float64)
 
 
-def build_generator(kind: str = "rnvp", data: np.ndarray | torch.Tensor | None = None,
-                    molecule: Optional[Molecule] = None, *, blocks: int = 0, hidden: int = 0,
-                    fix_constrained: bool = True, dtype: torch.dtype = torch.float32, bins: int = 0,
-                    shell: bool = False) -> BoltzmannGenerator:
+def build_generator(
+    kind: str = "rnvp",
+    data: np.ndarray | torch.Tensor | None = None,
+    molecule: Optional[Molecule] = None,
+    *,
+    blocks: int = 0,
+    hidden: int = 0,
+    fix_constrained: bool = True,
+    dtype: torch.dtype = torch.float32,
+    bins: int = 0,
+    shell: bool = False,
+) -> BoltzmannGenerator:
     """A generator of `kind` whose coordinate transform is fitted to `data`.
 
     Args:
         kind: one of KINDS (rnvp, p4inv, spline, spline-p4inv).
         data: (n, n_atoms, 3) training frames in nm; they fix the z-matrix statistics, the rigid
             block's PCA and (spline kinds) which torsions are circular.
-        molecule: the molecule of the frames (None: bgp4.molecule's default).
+        molecule: the molecule of the frames (None: bgp4.simulation.molecule's default).
         blocks, hidden, bins: 0 takes the kind's defaults (config.KIND_DEFAULTS).
         fix_constrained: hold every constrained bond of the system fixed (48 flow dims for the
             default molecule; False: the paper's 60).
@@ -227,12 +260,12 @@ def build_generator(kind: str = "rnvp", data: np.ndarray | torch.Tensor | None =
 
     Trainable parameters at the defaults, 48 dims: 662,450 (rnvp) / 669,650 (p4inv).
 
-    >>> from bgp4.molecule import get_molecule
+    >>> from bgp4.simulation.molecule import get_molecule
     >>> bg = build_generator("rnvp", molecule=get_molecule(), shell=True)
     >>> bg.n_dims
     48
     """
-    from bgp4.molecule import get_molecule
+    from bgp4.simulation.molecule import get_molecule
 
     if kind not in KINDS:
         raise InputError(f"generator kind must be one of {KINDS}, got {kind!r}")
@@ -240,19 +273,33 @@ def build_generator(kind: str = "rnvp", data: np.ndarray | torch.Tensor | None =
     torsions = TORSIONS[kind]
     if data is None:
         if not shell:
-            raise InputError("build_generator needs training frames (data) to fit its coordinate transform; "
-                             "pass shell=True for an unfitted shell to load a state dict into")
+            raise InputError(
+                "build_generator needs training frames (data) to fit its coordinate transform; "
+                "pass shell=True for an unfitted shell to load a state dict into"
+            )
         transform = MixedCoordinateTransform.shell(molecule, fix_constrained, torsions=torsions)
     else:
         transform = MixedCoordinateTransform.fit(_frames_array(data), molecule, fix_constrained, torsions=torsions)
-    config = {"kind": kind, **resolve_architecture(kind, blocks, hidden, bins),
-              "fix_constrained": bool(fix_constrained), "n_dims": transform.n_dims, "molecule": molecule.name}
+    config = {
+        "kind": kind,
+        **resolve_architecture(kind, blocks, hidden, bins),
+        "fix_constrained": bool(fix_constrained),
+        "n_dims": transform.n_dims,
+        "molecule": molecule.name,
+    }
     return BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
 
 
 def _flow_for(config: dict, transform: MixedCoordinateTransform, dtype: torch.dtype) -> SequentialFlow:
-    return build_flow(config["kind"], transform.n_dims, config["blocks"], config["hidden"], dtype,
-                      circular=transform.circular_mask, bins=config.get("bins", 8))
+    return build_flow(
+        config["kind"],
+        transform.n_dims,
+        config["blocks"],
+        config["hidden"],
+        dtype,
+        circular=transform.circular_mask,
+        bins=config.get("bins", 8),
+    )
 
 
 def load_generator(path: str | Path, map_location: Optional[str | torch.device] = "cpu") -> BoltzmannGenerator:
@@ -272,13 +319,22 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         state = dict(payload["state_dict"])
         # files written before circular torsions existed hold logit torsions only
         state.setdefault(prefix + "torsion_circular", torch.zeros(transform.n_ic, dtype=torch.bool))
-        transform.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+        transform.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
         if transform.n_dims != config["n_dims"]:
             raise KeyError(f"transform has {transform.n_dims} dims, config says {config['n_dims']}")
         model = BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
         model.load_state_dict(state)
-    except (KeyError, TypeError, RuntimeError, AttributeError, EOFError, ValueError, OSError,
-            pickle.UnpicklingError, InputError) as err:
+    except (
+        KeyError,
+        TypeError,
+        RuntimeError,
+        AttributeError,
+        EOFError,
+        ValueError,
+        OSError,
+        pickle.UnpicklingError,
+        InputError,
+    ) as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise InputError(f"{path} is not a bgp4 model file of this version ({reason})") from None
     return model.to(map_location) if map_location is not None else model
@@ -288,12 +344,16 @@ def weights_defined(bg, molecule) -> dict[str, Any]:
     """{"weights_defined": bool, "weights_note": str}: importance weights p/q exist only when no
     constrained bond of `molecule`'s system is a flow dimension of `bg` (otherwise the target is
     improper along it)."""
-    from bgp4.molecule import constrained_bonds
+    from bgp4.simulation.molecule import constrained_bonds
 
     left = bg.transform.free_constrained_pairs(constrained_bonds(molecule))
     if not left:
         return {"weights_defined": True, "weights_note": "every constrained bond is held fixed"}
     pairs = ", ".join(f"{a}-{b}" for a, b in left)
-    return {"weights_defined": False, "weights_note": (
-        f"{len(left)} constrained bond(s) ({pairs}) are flow dimensions: the MD keeps them constant, so p/q is "
-        "unbounded along them and reverse ESS and reweighted figures are not defined (train with --fix-constrained)")}
+    return {
+        "weights_defined": False,
+        "weights_note": (
+            f"{len(left)} constrained bond(s) ({pairs}) are flow dimensions: the MD keeps them constant, so p/q is "
+            "unbounded along them and reverse ESS and reweighted figures are not defined (train with --fix-constrained)"
+        ),
+    }

@@ -6,21 +6,23 @@ The samples file is an mdtraj HDF5 file: coordinates in nm and `potentialEnergy`
 the data's temperature; -inf where the energy is not finite or the sample left the
 internal-coordinate domain, whose log q is not trustworthy), `finite` and `in_domain` flags.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 from bgp4._io import atomic_write
-from bgp4.config import RefineSettings, SampleSettings  # noqa: F401 - part of this module's API
 from bgp4.errors import InputError
+from bgp4.generator.rundir import MODEL, RunDirectory
 from bgp4.platform import resolve_device
-from bgp4.rundir import MODEL, RunDirectory
+from bgp4.settings import RefineSettings, SampleSettings  # noqa: F401 - part of this module's API
 
 SAMPLE_EXTRAS = ("log_q", "log_w", "finite", "in_domain")
 #: Refined files also hold each sample's SMC lineage (the starting sample it descends from).
@@ -41,9 +43,14 @@ def latent_batches(bg, s: SampleSettings) -> Iterator[torch.Tensor]:
         yield bg.sample_latent(min(s.batch, s.n - start), generator=gen).to(bg.device)
 
 
-def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings(), out: str | Path | None = None,
-               overwrite: bool = False, progress: bool = True,
-               temperature: float | None = None) -> tuple[dict[str, Any], bool]:
+def sample_run(
+    run_path: str | Path,
+    settings: SampleSettings = SampleSettings(),
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    temperature: float | None = None,
+) -> tuple[dict[str, Any], bool]:
     """Sample a finished training run into `out` (default `<run>/samples.h5`).
 
     Returns (summary, newly_sampled). An existing samples file made with the same settings is
@@ -53,9 +60,9 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     """
     from tqdm.auto import tqdm
 
-    from bgp4.data import read_settings, resolve_temperature, write_trajectory
-    from bgp4.energy import OpenMMEnergy
-    from bgp4.model import load_generator
+    from bgp4.generator.model import load_generator
+    from bgp4.simulation.data import read_settings, resolve_temperature, write_trajectory
+    from bgp4.simulation.energy import OpenMMEnergy
 
     s = settings.validated()
     run = RunDirectory(run_path)
@@ -81,8 +88,10 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
     chunks: list[dict[str, np.ndarray]] = []
     extras: dict[str, list[np.ndarray]] = {k: [] for k in SAMPLE_EXTRAS}
     energies: list[np.ndarray] = []  # kJ/mol, float64 (the file keeps float32)
-    with OpenMMEnergy(molecule.system, temperature, n_workers=s.workers or None) as energy, \
-            tqdm(total=s.n, desc="sample", unit="sample", disable=not progress) as bar:
+    with (
+        OpenMMEnergy(molecule.system, temperature, n_workers=s.workers or None) as energy,
+        tqdm(total=s.n, desc="sample", unit="sample", disable=not progress) as bar,
+    ):
         done = 0
         while done < s.n:
             b = min(s.batch, s.n - done)
@@ -112,7 +121,7 @@ def sample_run(run_path: str | Path, settings: SampleSettings = SampleSettings()
 
 def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool) -> dict[str, Any]:
     """Counts and energies (kT) of a samples file; reverse ESS only where weights are defined, else None."""
-    from bgp4.weights import reverse_ess
+    from bgp4.analysis.weights import reverse_ess
 
     finite = extras["finite"]
     return {
@@ -142,9 +151,14 @@ def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     atomic_write(path, write)  # a kill never leaves half a state file
 
 
-def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSettings,
-               out: str | Path | None = None, overwrite: bool = False,
-               progress: bool = True) -> tuple[dict[str, Any], bool]:
+def refine_run(
+    run_path: str | Path,
+    settings: SampleSettings,
+    refine: RefineSettings,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> tuple[dict[str, Any], bool]:
     """Refine the raw samples of `sample_run` (same n, batch, seed: the same prior draws) by AIS.
 
     Writes `<samples>-refined.h5` (same format; log_w the AIS weights; settings hold betas, step
@@ -158,10 +172,10 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
 
     from tqdm.auto import tqdm
 
-    from bgp4.data import read_settings, resolve_temperature, write_trajectory
-    from bgp4.energy import OpenMMEnergy
-    from bgp4.model import load_generator
-    from bgp4.refine import Chains, GeneratorTarget, run_levels, schedule, start, tune_step_sizes
+    from bgp4.generator.model import load_generator
+    from bgp4.generator.refine import Chains, GeneratorTarget, run_levels, schedule, start, tune_step_sizes
+    from bgp4.simulation.data import read_settings, resolve_temperature, write_trajectory
+    from bgp4.simulation.energy import OpenMMEnergy
 
     s, r = settings.validated(), refine.validated()
     run = RunDirectory(run_path)
@@ -169,8 +183,13 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     if not run.complete:
         raise InputError(f"{run.path} holds no finished training run; run `bgp4 train` first")
     out = refined_path(out if out is not None else default_samples_path(run.path))
-    record = {"kind": "refined-samples", "run": str(run.path.resolve()), "model": train_settings["model"],
-              **asdict(s), **{f"refine_{k}": v for k, v in asdict(r).items()}}
+    record = {
+        "kind": "refined-samples",
+        "run": str(run.path.resolve()),
+        "model": train_settings["model"],
+        **asdict(s),
+        **{f"refine_{k}": v for k, v in asdict(r).items()},
+    }
     record.pop("workers")
     state_dir = out.with_name(out.stem + ".state")
     if out.exists() and not overwrite:
@@ -201,15 +220,17 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
         if plan_file.exists():
             plan = json.loads(plan_file.read_text())
         else:
-            sizes, pilot_evals = tune_step_sizes(target, betas, r.steps, r.leapfrog, n=min(r.pilot, s.n),
-                                                 seed=s.seed + 1, independence=r.independence)
+            sizes, pilot_evals = tune_step_sizes(
+                target, betas, r.steps, r.leapfrog, n=min(r.pilot, s.n), seed=s.seed + 1, independence=r.independence
+            )
             plan = {"record": record, "step_sizes": sizes.tolist(), "pilot_evals": pilot_evals}
             atomic_write(plan_file, json.dumps(plan))
         sizes = np.asarray(plan["step_sizes"], dtype=np.float64)
         batches = list(latent_batches(bg, s))
         per_batch = max(r.levels, 1)
-        with tqdm(total=len(batches) * per_batch, desc=f"refine K={r.levels}", unit="level",
-                  disable=not progress) as bar:
+        with tqdm(
+            total=len(batches) * per_batch, desc=f"refine K={r.levels}", unit="level", disable=not progress
+        ) as bar:
             for i, z0 in enumerate(batches):
                 path = state_dir / f"batch-{i:05d}.npz"
                 gen = torch.Generator()
@@ -227,8 +248,18 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
                     bar.refresh()
 
                 if not chains.finished:
-                    run_levels(target, chains, betas, sizes, r.steps, r.leapfrog, gen, r.resample_ess, on_level=save,
-                               independence=r.independence)
+                    run_levels(
+                        target,
+                        chains,
+                        betas,
+                        sizes,
+                        r.steps,
+                        r.leapfrog,
+                        gen,
+                        r.resample_ess,
+                        on_level=save,
+                        independence=r.independence,
+                    )
                 save(chains)
                 results.append(chains)
 
@@ -240,8 +271,11 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     ok = torch.cat([c.aux["ok"] for c in results]).cpu().numpy().astype(bool)
     log_w = torch.cat([c.log_w for c in results]).cpu().numpy()
     offsets = np.cumsum([0] + [len(c.z) for c in results])  # lineages are numbered across batches
-    ancestor = (np.concatenate([c.ancestor.cpu().numpy() + o for c, o in zip(results, offsets)])
-                if all(c.ancestor is not None for c in results) else None)
+    ancestor = (
+        np.concatenate([c.ancestor.cpu().numpy() + o for c, o in zip(results, offsets)])
+        if all(c.ancestor is not None for c in results)
+        else None
+    )
     e = u * kT
     finite = np.isfinite(e) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
     extras = {"log_q": log_q, "log_w": np.where(finite & ok, log_w, -np.inf), "finite": finite, "in_domain": ok}
@@ -250,20 +284,35 @@ def refine_run(run_path: str | Path, settings: SampleSettings, refine: RefineSet
     n_evals = int(sum(c.n_evals for c in results)) + int(plan["pilot_evals"])
     acceptance, jumps = (_per_level(results, a, r.levels) for a in ("acceptance", "independence_acceptance"))
     summary = _summary(u, extras, complete.get("weights_defined", False))
-    summary.update(energy_evals=n_evals, evals_per_sample=n_evals / s.n, levels=r.levels,
-                   final_independence_acceptance=float(jumps[-1]) if len(jumps) and np.isfinite(jumps[-1]) else None)
+    summary.update(
+        energy_evals=n_evals,
+        evals_per_sample=n_evals / s.n,
+        levels=r.levels,
+        final_independence_acceptance=float(jumps[-1]) if len(jumps) and np.isfinite(jumps[-1]) else None,
+    )
     if ancestor is not None and summary.get("reverse_ess") is not None:  # copies of one lineage count once
-        from bgp4.weights import lineage_ess
+        from bgp4.analysis.weights import lineage_ess
+
         summary.update(lineage_ess=lineage_ess(extras["log_w"], ancestor), lineages=int(np.unique(ancestor).size))
     record.update(
-        summary=json.dumps(summary), temperature=temperature, betas=betas.tolist(), step_sizes=sizes.tolist(),
-        acceptance=[float(a) for a in acceptance], independence_acceptance=[float(a) for a in jumps],
-        energy_evals=n_evals, evals_per_sample=n_evals / s.n,
-        pilot_evals=int(plan["pilot_evals"]), resampled_levels=int(sum(c.resampled.sum() for c in results)),
-        wall_s=time.perf_counter() - started, latent_dims=int(z.shape[1]), molecule=molecule.name,
+        summary=json.dumps(summary),
+        temperature=temperature,
+        betas=betas.tolist(),
+        step_sizes=sizes.tolist(),
+        acceptance=[float(a) for a in acceptance],
+        independence_acceptance=[float(a) for a in jumps],
+        energy_evals=n_evals,
+        evals_per_sample=n_evals / s.n,
+        pilot_evals=int(plan["pilot_evals"]),
+        resampled_levels=int(sum(c.resampled.sum() for c in results)),
+        wall_s=time.perf_counter() - started,
+        latent_dims=int(z.shape[1]),
+        molecule=molecule.name,
     )
-    chunks = ({"coordinates": x[i:i + s.batch].astype(np.float32), "potentialEnergy": e[i:i + s.batch].astype(np.float32)}
-              for i in range(0, s.n, s.batch))
+    chunks = (
+        {"coordinates": x[i : i + s.batch].astype(np.float32), "potentialEnergy": e[i : i + s.batch].astype(np.float32)}
+        for i in range(0, s.n, s.batch)
+    )
     write_trajectory(out, molecule.topology, chunks, record, extras=extras)
     shutil.rmtree(state_dir)
     return summary, True

@@ -6,11 +6,13 @@ looks one up by the name a data file, run or model file records (`get_molecule`,
 
 Units: positions in nm, energies in kJ/mol, temperatures in K.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
 from importlib import resources
+from typing import Any
 
 import mdtraj
 import numpy as np
@@ -28,10 +30,23 @@ FORCE_FIELD = ("amber99sbildn.xml", "amber96_obc.xml")
 #: so that every reference atom is in the rigid block or placed by an earlier row.
 Z_MATRIX = np.array(
     [
-        [4, 6, 8, 14], [1, 4, 6, 8], [0, 1, 4, 6], [2, 1, 4, 0], [3, 1, 4, 0],
-        [5, 4, 6, 8], [7, 6, 8, 4], [11, 10, 8, 6], [12, 10, 8, 11], [13, 10, 8, 11],
-        [16, 14, 8, 6], [15, 14, 8, 16], [17, 16, 14, 15], [18, 16, 14, 8],
-        [19, 18, 16, 14], [20, 18, 16, 19], [21, 18, 16, 19],
+        [4, 6, 8, 14],
+        [1, 4, 6, 8],
+        [0, 1, 4, 6],
+        [2, 1, 4, 0],
+        [3, 1, 4, 0],
+        [5, 4, 6, 8],
+        [7, 6, 8, 4],
+        [11, 10, 8, 6],
+        [12, 10, 8, 11],
+        [13, 10, 8, 11],
+        [16, 14, 8, 6],
+        [15, 14, 8, 16],
+        [17, 16, 14, 15],
+        [18, 16, 14, 8],
+        [19, 18, 16, 14],
+        [20, 18, 16, 19],
+        [21, 18, 16, 19],
     ],
     dtype=np.int64,
 )
@@ -89,7 +104,7 @@ def alanine_dipeptide() -> Molecule:
     The structure ships as package data, `bgp4/resources/alanine-dipeptide.pdb` (from the
     openmmtools wheel), so nothing is fetched at run time. Its potential energy is -95.70 kJ/mol.
     """
-    with resources.as_file(resources.files("bgp4").joinpath(*PDB_RESOURCE)) as path:
+    with resources.as_file(resources.files("bgp4.simulation").joinpath(*PDB_RESOURCE)) as path:
         pdb = app.PDBFile(str(path))
     forcefield = app.ForceField(*FORCE_FIELD)
     system = forcefield.createSystem(

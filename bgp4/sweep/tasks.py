@@ -11,143 +11,26 @@ process dies), so a second copy of the same task waits instead of writing beside
 appends everything it prints to the run's `log.txt`, and when it ends adds one line (what, where,
 how long) to the run's `sweep-tasks.jsonl`.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
 import socket
 import sys
-import threading
 import time
-from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
-
-from distributed.diagnostics.plugin import WorkerPlugin
+from typing import Any
 
 from bgp4._io import atomic_write
-from bgp4.config import TrainSettings
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.settings import TrainSettings
+from bgp4.sweep.plugins import stop_asked, trainer_cache
+from bgp4.sweep.spec import DONE_FILE, LOCK_FILE, LOG_FILE, TASKS_FILE, RunSpec
 
-if TYPE_CHECKING:
-    from bgp4.sweep import RunSpec
-
-__all__ = ["DONE_FILE", "LOCK_FILE", "LOG_FILE", "TASKS_FILE", "STOP_POLL_S", "IgnoreInterrupts", "TrainerCache",
-           "train_task", "finish_task", "simulate_task", "stop_asked"]
-
-DONE_FILE = "sweep-done.json"
-LOG_FILE = "log.txt"
-LOCK_FILE = "run.lock"
-TASKS_FILE = "sweep-tasks.jsonl"
-#: Runs a worker process keeps ready (each holds its training frames in flow coordinates:
-#: about 0.2 GB per million frames).
-CACHED_RUNS = 8
-#: Seconds between two looks at the sweep's stop event (each look asks the scheduler).
-STOP_POLL_S = 2.0
-#: Seconds without an answer about the stop event after which a run stops as if asked.
-STOP_LOST_S = 30.0
-
-
-def stop_asked(event: str | None) -> Callable[[], bool]:
-    """A check that turns true once the Dask Event `event` is set (asked every STOP_POLL_S at most).
-
-    The sweep command sets it when it is interrupted, so that training runs, which see no
-    signals in a worker's thread, save a checkpoint at their next step instead of losing the
-    steps since the last one.
-    """
-    return (lambda: False) if event is None else _EventWatch(event)
-
-
-class _EventWatch:
-    """Callable: whether a Dask Event is set, asking the scheduler at most every STOP_POLL_S;
-    true for good once it was, or once the scheduler has not answered for STOP_LOST_S."""
-
-    def __init__(self, name: str):
-        from distributed import Event
-
-        self.event = Event(name)
-        self.set = False
-        self.asked_at = -STOP_POLL_S
-        self.failing_since: float | None = None
-
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        if self.set or now - self.asked_at < STOP_POLL_S:
-            return self.set
-        self.asked_at = now
-        try:
-            self.set, self.failing_since = self.event.is_set(), None
-        except Exception as error:  # noqa: BLE001 - a transient RPC error, or the scheduler is gone
-            self.failing_since = self.failing_since or now
-            if now - self.failing_since >= STOP_LOST_S:  # gone: save the run while it can
-                print(f"no answer from the scheduler for {STOP_LOST_S:.0f} s ({error}); stopping", flush=True)
-                self.set = True
-        return self.set
-
-
-class IgnoreInterrupts(WorkerPlugin):
-    """Makes a local worker process ignore SIGINT.
-
-    The workers of a LocalCluster share the terminal's process group, so Ctrl-C reaches them
-    too and would close them mid-step, before their run saves a checkpoint. The sweep command
-    handles Ctrl-C for them: it sets the stop event that `stop_asked` watches. (SIGTERM sent to
-    the whole process group, as a batch system may do, still ends the workers at once; runs then
-    resume from their last periodic checkpoint.)
-    """
-
-    name = "bgp4-ignore-interrupts"
-
-    def setup(self, worker: Any) -> None:
-        if threading.current_thread() is threading.main_thread():  # the worker's event loop, as a rule
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class TrainerCache(WorkerPlugin):
-    """The Trainers of the last CACHED_RUNS runs a worker process trained a part of.
-
-    A part taken from here skips loading the data, mapping it to flow coordinates and compiling
-    (seconds to a minute): it goes on from the run's checkpoint, without even reading it when this
-    Trainer wrote it. A Trainer is taken out while a
-    task uses it, so two tasks never share one; a task that fails does not put it back.
-    """
-
-    name = "bgp4-trainers"
-
-    def setup(self, worker: Any) -> None:  # on the worker: the plugin travels there unpickled, and empty
-        self.trainers: OrderedDict[str, Any] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def take(self, key: str) -> Any | None:
-        with self.lock:
-            return self.trainers.pop(key, None)
-
-    def put(self, key: str, trainer: Any) -> None:
-        """Keep `trainer`; let go of the oldest beyond CACHED_RUNS and of runs finished elsewhere."""
-        with self.lock:
-            evicted = [self.trainers.pop(key)] if key in self.trainers else []
-            self.trainers[key] = trainer
-            evicted += [self.trainers.pop(k) for k, t in list(self.trainers.items()) if t.run.complete]
-            evicted += [self.trainers.popitem(last=False)[1] for _ in range(len(self.trainers) - CACHED_RUNS)]
-        for old in evicted:
-            old.close()
-
-    def teardown(self, worker: Any) -> None:
-        with self.lock:
-            trainers, self.trainers = list(self.trainers.values()), OrderedDict()
-        for trainer in trainers:
-            trainer.close()
-
-
-def _trainer_cache() -> TrainerCache | None:
-    """This worker's TrainerCache; None outside a worker or where none was registered."""
-    try:
-        from distributed import get_worker
-
-        return get_worker().plugins.get(TrainerCache.name)
-    except ValueError:  # not in a worker
-        return None
+__all__ = ["train_task", "finish_task", "simulate_task"]
 
 
 @contextlib.contextmanager
@@ -158,6 +41,7 @@ def _locked_and_logged(lock: Path, log: Path, what: str = "") -> Iterator[Callab
     lock.parent.mkdir(parents=True, exist_ok=True)
     who = f"{socket.gethostname()} pid {os.getpid()}"
     with open(log, "a", buffering=1) as stream, contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+
         def say(message: str) -> None:
             print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
 
@@ -196,7 +80,9 @@ def _select_gpu(gpus: float) -> None:
                 torch.cuda.set_device(int(name) % count)
 
 
-def _as_task(spec: RunSpec, stop_event: str | None, work: Callable[[Callable[[], bool]], dict[str, Any]]) -> dict[str, Any]:
+def _as_task(
+    spec: RunSpec, stop_event: str | None, work: Callable[[Callable[[], bool]], dict[str, Any]]
+) -> dict[str, Any]:
     """Run `work(stop)` for one run as a Dask task.
 
     Bad input, which would fail the same way again, is returned as {"run", "error"} rather than
@@ -240,11 +126,11 @@ def _train_part(spec: RunSpec, until: int, stop: Callable[[], bool]) -> dict[str
     with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE, f"train to step {until}") as say:
         import torch
 
-        from bgp4.train import finish_training, prepare_training
+        from bgp4.generator.train import finish_training, prepare_training
 
         torch.set_num_threads(spec.threads)
         _select_gpu(spec.gpus)
-        cache, key = _trainer_cache(), json.dumps([spec.path, spec.train], sort_keys=True)
+        cache, key = trainer_cache(), json.dumps([spec.path, spec.train], sort_keys=True)
         trainer = cache.take(key) if cache is not None else None
         build = 0.0
         if trainer is None:
@@ -266,8 +152,9 @@ def _train_part(spec: RunSpec, until: int, stop: Callable[[], bool]) -> dict[str
         if summary is not None:
             say(f"train: complete; test NLL {summary.get('test_nll_end')}, {summary.get('wall_s')} s of training")
         say(f"task finished in {wall:.1f} s at step {step}" + (f" (building the run: {build:.1f} s)" if build else ""))
-        _add_task_record(run, {"task": "train", "until": until, "step": step, "wall_s": round(wall, 3),
-                               "build_s": round(build, 3)})
+        _add_task_record(
+            run, {"task": "train", "until": until, "step": step, "wall_s": round(wall, 3), "build_s": round(build, 3)}
+        )
     return {"run": spec.name, "step": step, "complete": summary is not None, "wall_s": wall}
 
 
@@ -277,8 +164,8 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
     with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE, "sample and analyze") as say:
         import torch
 
-        from bgp4.report import analyze
-        from bgp4.sample import SampleSettings, sample_run
+        from bgp4.generator.sample import SampleSettings, sample_run
+        from bgp4.report.analyze import analyze
 
         torch.set_num_threads(spec.threads)
         _select_gpu(spec.gpus)
@@ -294,9 +181,14 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         wall = time.perf_counter() - started
         tasks = [*_task_records(run), {"task": "finish", "wall_s": round(wall, 3), "build_s": 0.0}]
         _add_task_record(run, tasks[-1])
-        payload = {"train": spec.train, "sample": spec.sample, "host": socket.gethostname(),
-                   "task_wall_s": round(sum(t["wall_s"] for t in tasks), 2), "tasks": len(tasks),
-                   "build_s": round(sum(t.get("build_s", 0.0) for t in tasks), 2)}
+        payload = {
+            "train": spec.train,
+            "sample": spec.sample,
+            "host": socket.gethostname(),
+            "task_wall_s": round(sum(t["wall_s"] for t in tasks), 2),
+            "tasks": len(tasks),
+            "build_s": round(sum(t.get("build_s", 0.0) for t in tasks), 2),
+        }
         atomic_write(run / DONE_FILE, json.dumps(payload, indent=1))
         say(f"task finished in {wall:.1f} s")
     return {"run": spec.name, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
@@ -320,9 +212,11 @@ def _task_records(run: Path) -> list[dict[str, Any]]:
 
 # `bgp4 simulate` as a worker's child: it dies with the worker (which may be killed when the sweep
 # stops), and takes Ctrl-C again, which the worker's IgnoreInterrupts would pass on as ignored
-_SIMULATE_CHILD = ("import signal, sys; from bgp4.md import die_with_parent; die_with_parent(); "
-                   "signal.signal(signal.SIGINT, signal.default_int_handler); sys.argv[0] = 'bgp4'; "
-                   "from bgp4.cli import main; sys.exit(main())")
+_SIMULATE_CHILD = (
+    "import signal, sys; from bgp4.simulation.md import die_with_parent; die_with_parent(); "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); sys.argv[0] = 'bgp4'; "
+    "from bgp4.cli import main; sys.exit(main())"
+)
 
 
 def simulate_task(data: str, md: dict[str, Any]) -> str:
@@ -338,8 +232,11 @@ def simulate_task(data: str, md: dict[str, Any]) -> str:
         flags = [a for k, v in md.items() for a in (f"--{k.replace('_', '-')}", str(v))]
         say("bgp4 simulate " + " ".join(flags))
         sys.stdout.flush()
-        done = subprocess.run([sys.executable, "-c", _SIMULATE_CHILD, "simulate", "--out", data, "--quiet", *flags],
-                              stdout=sys.stdout, stderr=sys.stdout)
+        done = subprocess.run(
+            [sys.executable, "-c", _SIMULATE_CHILD, "simulate", "--out", data, "--quiet", *flags],
+            stdout=sys.stdout,
+            stderr=sys.stdout,
+        )
         if done.returncode != 0:
             raise Bgp4Error(f"simulating {data} failed (exit code {done.returncode}); see {out.name}.log.txt")
     return data

@@ -1,11 +1,12 @@
-"""Subprocess pool behind `bgp4.energy.OpenMMEnergy`: worker processes, chunk scheduling, restarts.
+"""Subprocess pool behind `bgp4.simulation.energy.OpenMMEnergy`: worker processes, chunk scheduling, restarts.
 
-Workers are fresh interpreters running `python -m bgp4._energy_worker` (protocol described there),
+Workers are fresh interpreters running `python -m bgp4.simulation._energy_worker` (protocol described there),
 which imports numpy and openmm but never torch or the rest of bgp4: they start in about 0.3 s and
 never re-run the caller's `__main__`, as multiprocessing's spawn would. Frames travel as float64
 bytes over pipes and the per-frame loop runs entirely inside the worker. This module imports no
 torch either; units are those of the worker: nm in, kJ/mol and kJ/mol/nm out.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,19 +22,31 @@ from pathlib import Path
 
 import numpy as np
 
-from bgp4._energy_worker import HEADER, LENGTH
 from bgp4.errors import Bgp4Error
+from bgp4.simulation._energy_worker import HEADER, LENGTH
 
 __all__ = ["Pool", "Worker", "WorkerDied", "worker_command"]
 
 
-def worker_command(platform_name: str, props: dict[str, str], die_with_parent: bool) -> tuple[list[str], dict[str, str]]:
+def worker_command(
+    platform_name: str, props: dict[str, str], die_with_parent: bool
+) -> tuple[list[str], dict[str, str]]:
     """argv and environment of one worker; it imports this very bgp4, whatever the cwd, sys.path or install mode."""
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # keeps the cwd (and any bgp4/ there) off its sys.path
-    argv = [sys.executable, *safe_path, "-m", "bgp4._energy_worker", platform_name, json.dumps(props),
-            str(os.getpid()), "01"[die_with_parent]]
+    argv = [
+        sys.executable,
+        *safe_path,
+        "-m",
+        "bgp4.simulation._energy_worker",
+        platform_name,
+        json.dumps(props),
+        str(os.getpid()),
+        "01"[die_with_parent],
+    ]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+    )
     return argv, env
 
 
@@ -48,8 +61,9 @@ class Worker:
         # PR_SET_PDEATHSIG fires when the creating *thread* exits, so only ask for it from the main thread.
         main_thread = threading.current_thread() is threading.main_thread()
         argv, env = worker_command(platform_name, props, main_thread)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-                                     env=env)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True, env=env
+        )
         self.pid = self.proc.pid
         self.in_fd, self.out_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         for fd in (self.in_fd, self.out_fd):  # 1 MiB pipes: a chunk crosses in one write, not 64 KiB steps
@@ -87,7 +101,7 @@ class Worker:
         view = memoryview(data).cast("B")
         try:
             while len(view):
-                view = view[os.write(self.in_fd, view):]
+                view = view[os.write(self.in_fd, view) :]
         except OSError:  # BrokenPipeError, or the fd already closed
             raise WorkerDied from None
 
@@ -164,7 +178,7 @@ class Pool:
                     else:
                         break
                     try:
-                        self.slots[i].send(frames[busy[i][0]:busy[i][1]], want_forces)
+                        self.slots[i].send(frames[busy[i][0] : busy[i][1]], want_forces)
                     except WorkerDied:
                         self._failed(i, busy.pop(i), pending, retried)
                 by_fd = {self.slots[i].out_fd: i for i in busy}

@@ -4,17 +4,25 @@ Kish reverse effective sample size with a bootstrap interval, and its lineage fo
 Pure functions on numpy arrays; u in kT, log q in nats. Zero weight (log w = -inf) for any sample
 whose energy or density is undefined.
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from bgp4._arrays import _as_1d, _same_length
+from bgp4.analysis._arrays import _as_1d, _same_length
 from bgp4.errors import InputError
 
-__all__ = ["CI_LEVEL", "N_BOOTSTRAP", "lineage_ess", "log_weights", "normalized_weights", "reverse_ess",
-           "reverse_ess_interval"]
+__all__ = [
+    "CI_LEVEL",
+    "N_BOOTSTRAP",
+    "lineage_ess",
+    "log_weights",
+    "normalized_weights",
+    "reverse_ess",
+    "reverse_ess_interval",
+]
 
 
 def log_weights(u: np.ndarray, log_q: np.ndarray) -> np.ndarray:
@@ -103,8 +111,9 @@ CI_LEVEL = 0.95
 _BOOTSTRAP_CHUNK = 4_000_000  # gathered log weights per chunk (32 MB of float64)
 
 
-def reverse_ess_interval(log_w: np.ndarray, n_boot: int = N_BOOTSTRAP, level: float = CI_LEVEL,
-                         rng: np.random.Generator | int | None = 0) -> tuple[float, float]:
+def reverse_ess_interval(
+    log_w: np.ndarray, n_boot: int = N_BOOTSTRAP, level: float = CI_LEVEL, rng: np.random.Generator | int | None = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval (low, high) of `reverse_ess`.
 
     The n samples are resampled with replacement `n_boot` times (seeded by `rng`) and the Kish
@@ -130,6 +139,6 @@ def reverse_ess_interval(log_w: np.ndarray, n_boot: int = N_BOOTSTRAP, level: fl
         scaled = np.exp(gathered[alive] - top[alive])  # the largest term of each row is 1
         part = np.zeros(gathered.shape[0])
         part[alive] = np.square(scaled.sum(axis=1)) / np.square(scaled).sum(axis=1) / n
-        ess[start:start + part.size] = part
+        ess[start : start + part.size] = part
     low, high = np.quantile(np.minimum(ess, 1.0), [(1.0 - level) / 2, (1.0 + level) / 2])
     return float(low), float(high)

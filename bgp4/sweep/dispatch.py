@@ -13,22 +13,33 @@ they arrive, whatever their priority.
     >>> dispatch = Dispatch(client, specs, stop_event)  # doctest: +SKIP
     >>> failures, stopped = dispatch.follow(progress=True, ask_to_stop=lambda: None)  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 from bgp4._stop import StopRequest
-from bgp4.cluster import task_slots
-from bgp4.sweep_tasks import finish_task, train_task
+from bgp4.sweep.cluster import task_slots
+from bgp4.sweep.spec import RunSpec
+from bgp4.sweep.tasks import finish_task, train_task
 
-if TYPE_CHECKING:
-    from bgp4.sweep import RunSpec
-
-__all__ = ["PARTS_PER_RUN", "MIN_PART_STEPS", "ENERGY_STEP_COST", "STEP_COST", "RETRIES", "Dispatch", "choose",
-           "expected_cost", "next_stop", "part_size", "remaining_cost"]
+__all__ = [
+    "PARTS_PER_RUN",
+    "MIN_PART_STEPS",
+    "ENERGY_STEP_COST",
+    "STEP_COST",
+    "RETRIES",
+    "Dispatch",
+    "choose",
+    "expected_cost",
+    "next_stop",
+    "part_size",
+    "remaining_cost",
+]
 
 #: Parts each run's training is handed out in.
 PARTS_PER_RUN = 12
@@ -54,7 +65,9 @@ def expected_cost(spec: RunSpec) -> int:
 
 def remaining_cost(spec: RunSpec, step: int) -> int:
     """The expected cost of a run's training from global step `step` on, as `expected_cost`."""
-    return _cost(spec, _weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"]) - _weighted_steps(spec, step))
+    return _cost(
+        spec, _weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"]) - _weighted_steps(spec, step)
+    )
 
 
 def _cost(spec: RunSpec, weighted_steps: int) -> int:
@@ -70,7 +83,9 @@ def _weighted_steps(spec: RunSpec, step: int) -> int:
 
 def part_size(spec: RunSpec) -> int:
     """One part of a run's training, in likelihood steps (an energy step counts ENERGY_STEP_COST)."""
-    return max(MIN_PART_STEPS, -(-_weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"]) // PARTS_PER_RUN))
+    return max(
+        MIN_PART_STEPS, -(-_weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"]) // PARTS_PER_RUN)
+    )
 
 
 def next_stop(spec: RunSpec, step: int) -> int:
@@ -158,8 +173,10 @@ class Dispatch:
                     if request.requested and not asked:
                         ask_to_stop()
                         asked = True
-                        bar.write("stopping: training runs save a checkpoint at their next step, runs that sample or "
-                                  "analyze finish that stage first (interrupt again to stop at once)")
+                        bar.write(
+                            "stopping: training runs save a checkpoint at their next step, runs that sample or "
+                            "analyze finish that stage first (interrupt again to stop at once)"
+                        )
                     if asked:
                         stopped.update({s.name: self.step[s.name] > 0 or self.trained[s.name] for s in self.waiting})
                         self.waiting = []
@@ -170,16 +187,25 @@ class Dispatch:
                     for future in [f for f in self.running if f.done()]:
                         spec = self.running.pop(future)
                         bar.update(self._settle(future, spec, failures, stopped, bar.write))
-                    steps = ", ".join(f"{s.name} {max(self.step[s.name], _recorded_step(s))}/{s.train['steps'] + s.train['energy_steps']}"
-                                      for s in list(self.running.values())[:4] if not self.trained[s.name])
+                    steps = ", ".join(
+                        f"{s.name} {max(self.step[s.name], _recorded_step(s))}/{s.train['steps'] + s.train['energy_steps']}"
+                        for s in list(self.running.values())[:4]
+                        if not self.trained[s.name]
+                    )
                     if steps != shown:
                         bar.set_postfix_str(shown := steps, refresh=True)
         finally:
             request.restore()
         return failures, stopped
 
-    def _settle(self, future: Any, spec: RunSpec, failures: dict[str, str], stopped: dict[str, bool],
-                write: Callable[[str], None]) -> int:
+    def _settle(
+        self,
+        future: Any,
+        spec: RunSpec,
+        failures: dict[str, str],
+        stopped: dict[str, bool],
+        write: Callable[[str], None],
+    ) -> int:
         """Record one finished task; returns how many runs it settled (0 or 1)."""
         if future.status == "cancelled":
             failures[spec.name] = "its task was cancelled"

@@ -3,65 +3,39 @@
 Layout of a sweep directory DIR:
 `sweep.json` (models, seeds, data file, settings), `runs/<model>-s<seed>/` (a `bgp4 train` run
 directory with `samples.h5`, its own `report/` from `bgp4 analyze`, `log.txt` and `sweep-done.json`),
-and `report/` (the aggregate over seeds, see `bgp4.aggregate`).
+and `report/` (the aggregate over seeds, see `bgp4.report.aggregate`).
 
 A run's training is handed to the workers in parts, and a last task samples and analyzes it
-(`bgp4.dispatch`). Every task resumes from what is on disk, so a task that is run again (a worker
+(`bgp4.sweep.dispatch`). Every task resumes from what is on disk, so a task that is run again (a worker
 died, the sweep command was killed) continues where the last copy stopped. A lock file in the run directory (`run.lock`, an OS lock the kernel drops when its
 process dies) keeps two copies of the same task from writing at once: a copy still running on a
 worker the scheduler gave up on is waited for, never raced.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from bgp4.cluster import local_cluster_size, open_client
-from bgp4.config import MODELS, TrainSettings
-from bgp4.dispatch import RETRIES, Dispatch
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.sweep_tasks import DONE_FILE, simulate_task
+from bgp4.settings import MODELS, TrainSettings
+from bgp4.sweep.cluster import local_cluster_size, open_client
+from bgp4.sweep.dispatch import RETRIES, Dispatch
+from bgp4.sweep.spec import DONE_FILE, EXECUTION_ONLY, RunSpec, run_name
+from bgp4.sweep.tasks import simulate_task
 
 __all__ = ["RunSpec", "SweepPlan", "plan_sweep", "run_sweep", "SWEEP_FILE", "DONE_FILE"]
 
 SWEEP_FILE = "sweep.json"
 #: Seconds after the runs are submitted at which the client imports what the report needs.
 WARM_UP_AFTER_S = 20
-#: Settings that say how a run is executed, not what it computes: a resumed sweep may change them.
-EXECUTION_ONLY = ("workers",)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One (model, seed) run: where it lives and everything its task needs (plain, picklable)."""
-
-    name: str
-    model: str
-    seed: int
-    path: str
-    train: dict[str, Any]
-    sample: dict[str, Any]
-    threads: int
-    gpus: float
-
-    @property
-    def done(self) -> bool:
-        """Trained, sampled and analyzed with exactly these settings by an earlier task."""
-        marker = Path(self.path) / DONE_FILE
-        if not marker.exists():
-            return False
-        try:
-            stored = json.loads(marker.read_text())
-        except ValueError:
-            return False
-        return _without_execution(stored.get("train", {})) == _without_execution(self.train) and \
-            _without_execution(stored.get("sample", {})) == _without_execution(self.sample)
 
 
 @dataclass(frozen=True)
@@ -77,22 +51,30 @@ class SweepPlan:
 
     def record(self) -> dict[str, Any]:
         common = {k: v for k, v in self.runs[0].train.items() if k not in ("model", "seed")}
-        return {"data": str(self.data), "models": list(self.models), "seeds": list(self.seeds),
-                "train": common, "sample": {k: v for k, v in self.runs[0].sample.items() if k != "seed"},
-                "md": self.md, "runs": {r.name: {"model": r.model, "seed": r.seed} for r in self.runs}}
+        return {
+            "data": str(self.data),
+            "models": list(self.models),
+            "seeds": list(self.seeds),
+            "train": common,
+            "sample": {k: v for k, v in self.runs[0].sample.items() if k != "seed"},
+            "md": self.md,
+            "runs": {r.name: {"model": r.model, "seed": r.seed} for r in self.runs},
+        }
 
 
-def _without_execution(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if k not in EXECUTION_ONLY}
-
-
-def run_name(model: str, seed: int) -> str:
-    return f"{model}-s{seed}"
-
-
-def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: int, base: TrainSettings,
-               samples: int, sample_batch: int = 10_000, threads_per_run: int = 1, gpus_per_run: float = 0.0,
-               md: dict[str, Any] | None = None, by_model: dict[str, TrainSettings] | None = None) -> SweepPlan:
+def plan_sweep(
+    out: str | Path,
+    data: str | Path,
+    models: list[str],
+    n_seeds: int,
+    base: TrainSettings,
+    samples: int,
+    sample_batch: int = 10_000,
+    threads_per_run: int = 1,
+    gpus_per_run: float = 0.0,
+    md: dict[str, Any] | None = None,
+    by_model: dict[str, TrainSettings] | None = None,
+) -> SweepPlan:
     """Check every input and build the runs; raises InputError (and touches nothing) on bad input.
 
     `base` holds the train settings shared by all runs (its model and seed are replaced per run);
@@ -120,7 +102,7 @@ def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: in
     data = Path(data).expanduser().resolve()
     md_settings = None
     if not data.exists():
-        from bgp4.md import MDSettings
+        from bgp4.simulation.md import MDSettings
 
         md_settings = asdict(MDSettings(**(md or {})))
         MDSettings(**md_settings).resolved()  # bad MD settings fail here, before anything runs
@@ -132,7 +114,7 @@ def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: in
         base = dataclasses.replace(base, device="cuda" if gpus_per_run > 0 else "cpu")
     if base.device.startswith("cuda") and gpus_per_run <= 0:
         raise InputError("--device cuda needs --gpus-per-run > 0 so that runs are placed on GPU workers")
-    from bgp4.config import SampleSettings
+    from bgp4.settings import SampleSettings
 
     seeds = tuple(range(n_seeds))
     runs = []
@@ -141,13 +123,20 @@ def plan_sweep(out: str | Path, data: str | Path, models: list[str], n_seeds: in
         if own.device == "auto":
             own = dataclasses.replace(own, device=base.device)
         for seed in seeds:
-            settings = dataclasses.replace(own, data=str(data), model=model, seed=seed, workers=own.workers or threads_per_run)
+            settings = dataclasses.replace(
+                own, data=str(data), model=model, seed=seed, workers=own.workers or threads_per_run
+            )
             train = json.loads(json.dumps(asdict(settings.validated())))
-            sample = asdict(SampleSettings(n=samples, batch=sample_batch, device=settings.device, seed=seed,
-                                           workers=settings.workers).validated())
+            sample = asdict(
+                SampleSettings(
+                    n=samples, batch=sample_batch, device=settings.device, seed=seed, workers=settings.workers
+                ).validated()
+            )
             path = out / "runs" / run_name(model, seed)
             train = _keep_execution_settings(path, train)
-            runs.append(RunSpec(run_name(model, seed), model, seed, str(path), train, sample, threads_per_run, gpus_per_run))
+            runs.append(
+                RunSpec(run_name(model, seed), model, seed, str(path), train, sample, threads_per_run, gpus_per_run)
+            )
     return SweepPlan(out, data, tuple(models), seeds, tuple(runs), md_settings)
 
 
@@ -156,8 +145,8 @@ def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any
     stored_path = path / "settings.json"
     if not stored_path.exists():
         return train
-    from bgp4.data import file_fingerprint
-    from bgp4.config import changed_settings
+    from bgp4._io import file_fingerprint
+    from bgp4.settings import changed_settings
 
     stored = json.loads(stored_path.read_text())
     current = {**train, "data_fingerprint": file_fingerprint(train["data"]) if Path(train["data"]).is_file() else None}
@@ -170,13 +159,18 @@ def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any
 # --------------------------------------------------------------------------- the client side
 
 
-def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None = None, progress: bool = True,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_sweep(
+    plan: SweepPlan,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run every unfinished run of `plan` on Dask, then write the aggregate report; returns its metrics.
 
     Raises Bgp4Error after the report if some runs failed even after their retries.
     """
-    from bgp4.aggregate import write_sweep_report
+    from bgp4.report.aggregate import write_sweep_report
 
     pending = [r for r in plan.runs if not r.done]
     failures: dict[str, str] = {}
@@ -186,7 +180,9 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
         with open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
             plan.out.mkdir(parents=True, exist_ok=True)
             (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
-            where = scheduler or f"a local cluster of {size} worker process(es), {plan.runs[0].threads} thread(s) per run"
+            where = (
+                scheduler or f"a local cluster of {size} worker process(es), {plan.runs[0].threads} thread(s) per run"
+            )
             say(f"{len(pending)} of {len(plan.runs)} runs to do on {where}")
             if plan.md is not None and not plan.data.exists():  # one task, simulate's own replicas
                 say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
@@ -198,7 +194,9 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
             warm.start()
             stop_event = f"bgp4-sweep-stop-{uuid.uuid4().hex}"
             try:
-                failures, stopped = Dispatch(client, pending, stop_event).follow(progress, partial(_ask_to_stop, client, stop_event))
+                failures, stopped = Dispatch(client, pending, stop_event).follow(
+                    progress, partial(_ask_to_stop, client, stop_event)
+                )
             finally:
                 warm.cancel()
             if not stopped and len(failures) < len(plan.runs):
@@ -206,10 +204,13 @@ def run_sweep(plan: SweepPlan, scheduler: str | None = None, workers: int | None
         if stopped:
             started = sorted(name for name, began in stopped.items() if began)
             queued = sorted(name for name, began in stopped.items() if not began)
-            say("stopped" + (f": {', '.join(started)} saved their progress" if started else "")
+            say(
+                "stopped"
+                + (f": {', '.join(started)} saved their progress" if started else "")
                 + (f"; not started: {', '.join(queued)}" if queued else "")
                 + "".join(f"; {name} failed ({why})" for name, why in sorted(failures.items()))
-                + "; rerun the same command to resume")
+                + "; rerun the same command to resume"
+            )
             raise KeyboardInterrupt
     else:
         say(f"all {len(plan.runs)} runs are complete")
@@ -227,9 +228,9 @@ def _import_report_modules() -> None:
     """Import what the aggregate report needs (matplotlib, scipy.stats, torch: a few seconds)."""
     import scipy.stats  # noqa: F401
 
-    import bgp4.plots  # noqa: F401
-    import bgp4.report  # noqa: F401
-    import bgp4.sample  # noqa: F401
+    import bgp4.analysis.plots  # noqa: F401
+    import bgp4.generator.sample  # noqa: F401
+    import bgp4.report.analyze  # noqa: F401
 
 
 def _ask_to_stop(client: Any, event: str) -> None:

@@ -1,18 +1,20 @@
 """Dask clients for sweeps: a new LocalCluster sized to this machine, or an existing scheduler.
 
-    >>> with open_client(None, 2) as client:  # doctest: +SKIP
-    ...     client.submit(sum, [1, 2]).result()
-    3
+>>> with open_client(None, 2) as client:  # doctest: +SKIP
+...     client.submit(sum, [1, 2]).result()
+3
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from bgp4.errors import InputError
-from bgp4.sweep_tasks import IgnoreInterrupts, TrainerCache
+from bgp4.sweep.plugins import IgnoreInterrupts, TrainerCache
 
 __all__ = ["CONNECT_TIMEOUT_S", "local_cluster_size", "open_client", "task_slots"]
 
@@ -58,14 +60,20 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
             client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - refused, timed out, or something that is not a scheduler
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise InputError(f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})") from None
+            raise InputError(
+                f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})"
+            ) from None
         with client:
             _register(client, TrainerCache())
             try:
                 if gpus_per_run > 0:
-                    offered = [w.get("resources", {}).get("GPU", 0) for w in client.scheduler_info()["workers"].values()]
+                    offered = [
+                        w.get("resources", {}).get("GPU", 0) for w in client.scheduler_info()["workers"].values()
+                    ]
                     if offered and max(offered) < gpus_per_run:
-                        raise InputError(f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1")
+                        raise InputError(
+                            f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1"
+                        )
                 yield client
             finally:  # these workers outlive the sweep: they let go of the runs they keep ready
                 with contextlib.suppress(Exception):
@@ -73,8 +81,18 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
         return
     resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
     # no memory limit: a nanny restart for memory would only repeat the part a worker was on
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.CRITICAL, memory_limit=0, resources=resources) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
+            memory_limit=0,
+            resources=resources,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         _register(client, IgnoreInterrupts(), TrainerCache())
         yield client
 

@@ -1,0 +1,12 @@
+"""The physics: molecules, MD, trajectory files and the OpenMM energy bridge (positions in nm, energies in kJ/mol).
+
+Modules:
+    molecule: the molecules bgp4 knows (OpenMM system, topology, structure, z-matrix).
+    md: Langevin MD in replica processes, resumable at any moment.
+    data: trajectory files (mdtraj HDF5) with the run's settings.
+    energy: OpenMM energies and forces as numpy arrays or a differentiable torch function.
+
+This is the only layer that knows which molecule it is; it knows nothing of flows.
+"""
+
+__all__: list[str] = []
