@@ -1,6 +1,6 @@
 """Test and training NLL of a run's model on frames as simulated and with methyl hydrogens relabelled.
 
-    python run/results/relabel_nll.py RUN [--data D] [--frames 20000] [--seed 0]
+    python run/scripts/relabel_nll.py RUN [--data D] [--frames 20000] [--seed 0]
 
 For each split (the run's own train/test split) it scores the same random frames three ways:
 as simulated, and with every methyl-like hydrogen triple (`bgp4.simulation.molecule.rotor_hydrogens`)

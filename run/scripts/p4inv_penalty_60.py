@@ -1,6 +1,6 @@
 """Does a small P4Inv bound penalty keep the last P4Inv layers inside the merge bounds at 60 dims?
 
-    python run/results/p4inv_penalty_60.py [--data out/data/ala2-600K.h5] [--out out/penalty60]
+    python run/scripts/p4inv_penalty_60.py [--data out/data/ala2-600K.h5] [--out out/penalty60]
            [--weights 0 0.001 0.01] [--steps 5000] [--parallel 2]
 
 Trains the paper's P4Inv generator in the paper's 60-dim setup (`--no-fix-constrained`, where the

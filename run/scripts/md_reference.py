@@ -1,6 +1,6 @@
 """dF(phi > 0) of long MD with block standard errors, and of reweighted samples against it.
 
-    python run/results/md_reference.py MD.h5 [MD2.h5 | OUT.h5.partial ...] [--block-ns 10]
+    python run/scripts/md_reference.py MD.h5 [MD2.h5 | OUT.h5.partial ...] [--block-ns 10]
                                        [--samples RUN/samples-refined.h5 ...] [--bootstrap 1000]
 
 MD: every file's frames are split per replica into contiguous blocks of `--block-ns` ns; P(phi > 0)
@@ -136,7 +136,8 @@ def main() -> None:
     p_md, se_md = weighted_se(np.concatenate(shares), np.concatenate(sizes))
     df_md, df_se = state_free_energy(p_md), df_error(p_md, se_md)
     print(
-        f"md pooled: {sum(n.sum() for n in sizes):.0f} ns  blocks {sum(len(s) for s in shares)}  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT"
+        f"md pooled: {sum(n.sum() for n in sizes):.0f} ns  blocks {sum(len(s) for s in shares)}"
+        f"  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT"
     )
     for path in a.samples:
         p, draws = reweighted(path, a.bootstrap)
@@ -145,7 +146,8 @@ def main() -> None:
         low, high = np.percentile(df_draws[finite], [2.5, 97.5]) if finite.any() else (math.nan, math.nan)
         diff, se = df - df_md, float(np.hypot(np.std(df_draws[finite]), df_se)) if finite.any() else math.nan
         print(
-            f"samples {path}: P(phi>0) {p:.4f}  dF {df:.3f} [{low:.3f}, {high:.3f}] kT  minus MD {diff:+.3f} +- {se:.3f} kT"
+            f"samples {path}: P(phi>0) {p:.4f}  dF {df:.3f} [{low:.3f}, {high:.3f}] kT"
+            f"  minus MD {diff:+.3f} +- {se:.3f} kT"
             f"  within 0.05 kT: {'yes' if abs(diff) <= 0.05 else 'no'}"
             + (
                 f"  ({(~finite).sum()} of {len(finite)} bootstrap draws without phi > 0, left out)"

@@ -1,6 +1,6 @@
 """Where a run's importance weights lose their ESS: between the phi > 0 and phi < 0 regions, or within them.
 
-    python run/results/ess_by_region.py RUN [RUN ...]
+    python run/scripts/ess_by_region.py RUN [RUN ...]
 
 For each run's `samples.h5`: reverse ESS (Kish, per sample) of all samples, within phi < 0 and
 within phi > 0; the share of samples and of weight with phi > 0; the ESS the region mismatch

@@ -1,6 +1,6 @@
 """Reverse ESS of a run's latest checkpoint against the finished model it started from, on the same draws.
 
-    python run/results/ess_checkpoint.py INIT_RUN RUN [--n 20000] [--seed 123]
+    python run/scripts/ess_checkpoint.py INIT_RUN RUN [--n 20000] [--seed 123]
 
 RUN is a `bgp4 train --init INIT_RUN` run, finished or not: its checkpoint's weights are loaded
 into INIT_RUN's generator (same architecture), and both generators draw N samples from the same

@@ -1,6 +1,6 @@
 """Wall time of a quick-preset sweep on Dask against the same runs one after another.
 
-    python run/results/sweep_quick.py [--out out/sweep-bench] [--seeds 3] [--tiny] [--sweep-only]
+    python run/scripts/sweep_quick.py [--out out/sweep-bench] [--seeds 3] [--tiny] [--sweep-only]
 
 1. MD data with the quick preset's settings (`bgp4 simulate`, not timed; skipped if present).
 2. Sequential: each (model, seed) run with the plain CLI, one after another
@@ -76,7 +76,8 @@ def write_timeline(runs_dir: Path, path: Path) -> None:
         what = f"train to step {r['until']}" if r["task"] == "train" else "sample and analyze"
         built = f" (built the run: {r['build_s']:.1f} s)" if r.get("build_s") else ""
         lines.append(
-            f"{start - t0:7.1f} {r['ended'] - t0:7.1f} {r['wall_s']:6.1f}  {r['worker'].split()[-1]}  {run}  {what}{built}"
+            f"{start - t0:7.1f} {r['ended'] - t0:7.1f} {r['wall_s']:6.1f}"
+            f"  {r['worker'].split()[-1]}  {run}  {what}{built}"
         )
     path.write_text("\n".join(lines) + "\n")
 

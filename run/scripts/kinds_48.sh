@@ -2,7 +2,7 @@
 # The four generator kinds with every constrained bond fixed (48 flow dims), trained one after
 # another on the same MD data, 100,000 samples each (raw and, with REFINE=K, refined by AIS),
 # one report. Every step is resumable: run the script again and it finishes what is left.
-#   bash run/results/kinds_48.sh DATA OUT [budget: short|paper]
+#   bash run/scripts/kinds_48.sh DATA OUT [budget: short|paper]
 # short: rnvp/p4inv 6,000 + 500 steps (about 5 + 7 min each on 2 CPU cores); spline kinds
 #        6,000 + 1,500 steps at batch 512 (about 40 min each)
 # paper: rnvp/p4inv the paper's 40,000 + 2,000 steps; spline kinds as in short
