@@ -104,13 +104,17 @@ def model_metrics(
         u_model_kT: (n,) reduced energies of the samples (kT); non-finite allowed (left out of
             the energy statistics and counted in n_nonfinite).
         log_q: (n,) log density of the samples under the flow, or None (no weights).
-        phi, psi: (n,) backbone torsions of the samples (rad).
-        u_md_kT, phi_md, psi_md: the MD data's energies (kT) and torsions (rad).
+        phi: (n,) backbone torsion phi of the samples (rad).
+        psi: (n,) backbone torsion psi of the samples (rad).
+        u_md_kT: the MD data's reduced energies (kT).
+        phi_md: the MD data's phi (rad).
+        psi_md: the MD data's psi (rad).
         u_threshold: low-energy threshold in kT (`low_energy_threshold` of the training set).
         weights_defined: whether p and q live on the same space (the run holds every
             constrained bond fixed); if False (or `log_q` is None) every key of
             `REWEIGHTED_KEYS` is None and `weights_note` says why.
-        n_boot, seed: bootstrap resamples of the ESS interval; seed of it and of the MD floor.
+        n_boot: bootstrap resamples of the ESS interval.
+        seed: seed of the bootstrap and of the MD floor.
 
     Keys: the energy statistics (n_samples, n_nonfinite, mean/median_energy_kT, energy_shift_kT,
     low_energy_fraction, energy_w2), ramachandran_kl/_tv with their MD floors (an MD subsample

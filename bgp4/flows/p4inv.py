@@ -52,8 +52,10 @@ class P4InvLinear(Flow):
         dim: feature dimension n; inputs are (..., n).
         bias: whether to learn the shift b (otherwise b = 0).
         init: "eye" (A = I) or "reverse" (A_ij = delta_{i, n-1-j}, the reversing permutation).
-        c0_min, c0_max: bounds on ln|G|, G = 1 + v^T A^-1 u (appendix A's C0; default [-6, inf)).
-        c1_min, c1_max: bounds on ln|G det A|, the log|det| after a merge (C1; default [-2.5, 15.5]).
+        c0_min: lower bound on ln|G|, G = 1 + v^T A^-1 u (appendix A's C0; default -6).
+        c0_max: upper bound on ln|G| (default inf).
+        c1_min: lower bound on ln|G det A|, the log|det| after a merge (C1; default -2.5).
+        c1_max: upper bound on ln|G det A| (default 15.5).
 
     The four bounds (attributes of the same names) are the layer's one set of sanity bounds:
     `merge` accepts a perturbation only inside them, and `penalty` is zero inside them and grows

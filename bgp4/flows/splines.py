@@ -79,8 +79,10 @@ class MaskedCoupling(Flow):
     Args:
         mask: (dim,) bool, the transformed coordinates.
         circular: (dim,) bool, coordinates that are angles on [-pi, pi).
-        hidden: width of the conditioner's hidden layers; layers: their number.
-        bins, bound: the spline (`RQSpline`).
+        hidden: width of the conditioner's hidden layers.
+        layers: number of the conditioner's hidden layers.
+        bins: spline bins (`RQSpline`).
+        bound: spline interval half-width (`RQSpline`).
     The conditioner's last layer starts at zero, so a fresh coupling is the identity.
     """
 

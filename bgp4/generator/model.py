@@ -252,7 +252,9 @@ def build_generator(
         data: (n, n_atoms, 3) training frames in nm; they fix the z-matrix statistics, the rigid
             block's PCA and (spline kinds) which torsions are circular.
         molecule: the molecule of the frames (None: bgp4.simulation.molecule's default).
-        blocks, hidden, bins: 0 takes the kind's defaults (config.KIND_DEFAULTS).
+        blocks: coupling blocks; 0 takes the kind's default (config.KIND_DEFAULTS).
+        hidden: hidden width; 0 takes the kind's default.
+        bins: spline bins; 0 takes the kind's default.
         fix_constrained: hold every constrained bond of the system fixed (48 flow dims for the
             default molecule; False: the paper's 60).
         shell: with data=None, build an unfitted shell whose buffers `load_state_dict` fills;
