@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bgp4.errors import InputError
+from bgp4.kinds import KINDS, get_kind, kind_names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -84,29 +85,20 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
-#: Generator kinds: the paper's two and the circular spline flows (bgp4.generator.model builds them).
-MODELS = ("rnvp", "p4inv", "spline", "spline-p4inv")
-SPLINE_MODELS = ("spline", "spline-p4inv")
+#: Generator kinds: the paper's two and the circular spline flows (the registry in bgp4.kinds).
+MODELS = kind_names()
+SPLINE_MODELS = tuple(k.name for k in KINDS.values() if k.circular)
 COMPILE_MODES = ("auto", "on", "off")
 LR_SCHEDULES = ("auto", "constant", "cosine")
 
 
 #: blocks, hidden width and spline bins of each kind when a setting is 0 (paper kinds: appendix F).
-KIND_DEFAULTS: dict[str, dict[str, int]] = {
-    "rnvp": {"blocks": 25, "hidden": 60},
-    "p4inv": {"blocks": 25, "hidden": 60},
-    "spline": {"blocks": 6, "hidden": 256, "bins": 8},
-    "spline-p4inv": {"blocks": 6, "hidden": 256, "bins": 8},
-}
+KIND_DEFAULTS: dict[str, dict[str, int]] = {name: kind.defaults for name, kind in KINDS.items()}
 
 
 def resolve_architecture(kind: str, blocks: int = 0, hidden: int = 0, bins: int = 0) -> dict[str, int]:
     """{blocks, hidden[, bins]} with zeros replaced by the kind's defaults."""
-    defaults = KIND_DEFAULTS[kind]
-    out = {"blocks": blocks or defaults["blocks"], "hidden": hidden or defaults["hidden"]}
-    if "bins" in defaults:
-        out["bins"] = bins or defaults["bins"]
-    return out
+    return get_kind(kind).architecture(blocks, hidden, bins)
 
 
 @dataclass(frozen=True)
@@ -144,8 +136,7 @@ class TrainSettings:
 
     def validated(self) -> TrainSettings:
         """A copy with the data path made absolute; raises InputError for impossible values."""
-        if self.model not in MODELS:
-            raise InputError(f"unknown model {self.model!r}; choose one of {', '.join(MODELS)}")
+        kind = get_kind(self.model, what="model")
         for name in ("steps", "energy_steps", "workers", "seed"):
             if getattr(self, name) < 0:
                 raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
@@ -172,14 +163,14 @@ class TrainSettings:
                 raise InputError(f"--{name} must be >= 0 (0: the kind's default), got {getattr(self, name)}")
         if self.bins and not 2 <= self.bins <= 64:
             raise InputError(f"--bins must be in 2..64, got {self.bins}")
-        if self.bins and self.model not in SPLINE_MODELS:
+        if self.bins and not kind.bins:
             raise InputError(f"--bins applies to the spline kinds only, not {self.model}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise InputError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
         if self.clip_grad < 0 and self.clip_grad != -1:
             raise InputError(f"--clip-grad must be >= 0 (or -1 for auto), got {self.clip_grad}")
-        spline = self.model in SPLINE_MODELS
-        arch = resolve_architecture(self.model, self.blocks, self.hidden, self.bins)
+        spline = kind.circular  # spline couplings train with a cosine schedule and clipped gradients
+        arch = kind.architecture(self.blocks, self.hidden, self.bins)
         return dataclasses.replace(
             self,
             data=str(Path(self.data).expanduser().resolve()),

@@ -1,0 +1,91 @@
+"""The generator kinds, in one registry: what settings validate, what the model builder builds and
+what the sweep's dispatch weighs.
+
+A kind is a frozen `GeneratorKind`; look one up with `get_kind(name)`, which refuses an unknown
+name with the list of the known ones. Everything else that depends on the kind (settings'
+defaults, the torsion representation, whether P4Inv layers are built, a training step's cost)
+reads it from here rather than comparing names.
+
+    >>> get_kind("spline-p4inv").circular, get_kind("spline-p4inv").p4inv
+    (True, True)
+    >>> get_kind("rnvp").architecture(blocks=3)
+    {'blocks': 3, 'hidden': 60}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bgp4.errors import InputError
+
+__all__ = ["GeneratorKind", "KINDS", "get_kind", "kind_names"]
+
+
+@dataclass(frozen=True)
+class GeneratorKind:
+    """One kind of Boltzmann generator.
+
+    Attributes:
+        name: the name settings, files and the CLI use ("rnvp", ...).
+        blocks, hidden: default blocks of 2 couplings and hidden width of the coupling nets.
+        bins: default spline bins; 0 for kinds without spline couplings.
+        circular: torsions are circular coordinates of rational-quadratic spline couplings
+            (the spline kinds); otherwise logit-mapped and coupled affinely.
+        p4inv: the flow has P4Inv layers (they get a P4InvScheduler in training).
+        step_cost: rough cost of one training step per batch frame, relative to rnvp (CPU step
+            times of README's tables); the sweep orders its tasks by it.
+    """
+
+    name: str
+    blocks: int
+    hidden: int
+    bins: int
+    circular: bool
+    p4inv: bool
+    step_cost: float
+
+    @property
+    def torsions(self) -> str:
+        """The coordinate transform's torsion representation: "circular" or "logit"."""
+        return "circular" if self.circular else "logit"
+
+    @property
+    def defaults(self) -> dict[str, int]:
+        """{blocks, hidden[, bins]} of this kind when a setting is 0 (bins for spline kinds only)."""
+        out = {"blocks": self.blocks, "hidden": self.hidden}
+        if self.bins:
+            out["bins"] = self.bins
+        return out
+
+    def architecture(self, blocks: int = 0, hidden: int = 0, bins: int = 0) -> dict[str, int]:
+        """{blocks, hidden[, bins]} with zeros replaced by this kind's defaults."""
+        out = {"blocks": blocks or self.blocks, "hidden": hidden or self.hidden}
+        if self.bins:
+            out["bins"] = bins or self.bins
+        return out
+
+
+#: Every kind, by name, in the order the CLI and settings list them. The paper's two (appendix F
+#: defaults), then the circular spline flows (bgp4.generator.model builds them).
+KINDS: dict[str, GeneratorKind] = {
+    k.name: k
+    for k in (
+        GeneratorKind("rnvp", blocks=25, hidden=60, bins=0, circular=False, p4inv=False, step_cost=1.0),
+        GeneratorKind("p4inv", blocks=25, hidden=60, bins=0, circular=False, p4inv=True, step_cost=1.6),
+        GeneratorKind("spline", blocks=6, hidden=256, bins=8, circular=True, p4inv=False, step_cost=6.0),
+        GeneratorKind("spline-p4inv", blocks=6, hidden=256, bins=8, circular=True, p4inv=True, step_cost=6.5),
+    )
+}
+
+
+def kind_names() -> tuple[str, ...]:
+    """The names of all kinds, in registry order."""
+    return tuple(KINDS)
+
+
+def get_kind(name: str, what: str = "generator kind") -> GeneratorKind:
+    """The kind called `name`; InputError ("unknown <what> ...; choose one of ...") for any other name."""
+    try:
+        return KINDS[name]
+    except (KeyError, TypeError):
+        raise InputError(f"unknown {what} {name!r}; choose one of {', '.join(KINDS)}") from None
