@@ -93,6 +93,10 @@ def energy_shift(u_model: np.ndarray, u_md: np.ndarray, weights: np.ndarray | No
 
     Non-finite model energies are left out of the mean (`model_metrics` counts them); `weights`
     (linear, non-negative, one per model sample) give the reweighted shift.
+
+    Example:
+        >>> energy_shift(np.array([1.0, 3.0, np.inf]), np.array([0.0, 1.0]))
+        1.5
     """
     model = _as_1d(u_model, "u_model")
     w = _histogram_weights(weights, model.size)
@@ -141,6 +145,10 @@ def energy_w2(u_md: np.ndarray, u_model: np.ndarray, weights: np.ndarray | None 
     their steps. Non-finite energies are left out (count them separately); `weights` (linear,
     non-negative) reweight the model. nan if either side has no finite energy. Never below
     |energy_shift| (Jensen), and equal to it for a pure shift.
+
+    Example:
+        >>> energy_w2(np.array([0.0, 1.0, 2.0]), np.array([0.5, 1.5, 2.5]))  # a pure shift
+        0.5
     """
     x_md, c_md = _quantile_function(u_md, None)
     x_model, c_model = _quantile_function(u_model, weights)

@@ -25,7 +25,17 @@ class Flow(nn.Module):
 
 
 class SequentialFlow(Flow):
-    """A list of flows applied in order (forward) or in reverse order (inverse)."""
+    """A list of flows applied in order (forward) or in reverse order (inverse).
+
+    Example:
+        >>> import torch
+        >>> from bgp4.flows import AffineCoupling, P4InvLinear, SequentialFlow
+        >>> flow = SequentialFlow([AffineCoupling(4, hidden=8, swap=True), P4InvLinear(4)])
+        >>> x = torch.randn(5, 4)
+        >>> y, logdet = flow(x)
+        >>> x_back, logdet_back = flow.inverse(y)
+        >>> logdet.shape, bool(torch.allclose(x_back, x, atol=1e-5)), bool(torch.allclose(logdet_back, -logdet))
+        (torch.Size([5]), True, True)"""
 
     def __init__(self, layers: Iterable[Flow]):
         super().__init__()

@@ -63,6 +63,13 @@ class P4InvLinear(Flow):
 
     Trainable parameters: u (init 0), v (init N(0, I)), b (init 0): 3 n numbers.
     Buffers: A, A_inv (n, n), logabsdet = log|det A| and sign = sign(det A) (0-dim).
+
+    Example:
+        >>> import torch
+        >>> layer = P4InvLinear(3, init="reverse")
+        >>> x = torch.tensor([[1.0, 2.0, 3.0]])
+        >>> layer(x)[0].tolist(), layer(x)[1].tolist()  # u = 0, b = 0 at the start: just A
+        ([[3.0, 2.0, 1.0]], [0.0])
     """
 
     def __init__(
