@@ -26,7 +26,7 @@ from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling
 from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
-from bgp4.settings import MODELS, SPLINE_MODELS, resolve_architecture
+from bgp4.kinds import KINDS, get_kind
 
 if TYPE_CHECKING:
     from bgp4.simulation.molecule import Molecule
@@ -40,10 +40,6 @@ __all__ = [
     "n_parameters",
     "weights_defined",
 ]
-
-KINDS, SPLINE_KINDS = MODELS, SPLINE_MODELS
-#: Torsion representation of the transform each kind needs.
-TORSIONS = {"rnvp": "logit", "p4inv": "logit", "spline": "circular", "spline-p4inv": "circular"}
 
 
 class GeneratorSample(NamedTuple):
@@ -78,15 +74,14 @@ def build_flow(
     permutation); "spline-p4inv": the same with a P4Inv layer on the non-circular coordinates after
     each coupling. `circular` (dim,) bool marks angle coordinates (spline kinds only).
     """
-    if kind not in KINDS:
-        raise InputError(f"generator kind must be one of {KINDS}, got {kind!r}")
+    spec = get_kind(kind)
     if not isinstance(blocks, int) or blocks < 1:
         raise InputError(f"blocks must be a positive integer, got {blocks!r}")
-    if kind in SPLINE_KINDS:
-        return _spline_flow(kind, dim, blocks, hidden, dtype, circular, bins)
+    if spec.circular:
+        return _spline_flow(spec.p4inv, dim, blocks, hidden, dtype, circular, bins)
     layers: list[nn.Module] = []
     for _ in range(blocks):
-        if kind == "rnvp":
+        if not spec.p4inv:
             # After a swap of unequal halves (odd dim) the next coupling conditions on the other part.
             layers.append(AffineCoupling(dim, hidden, swap=True, n_cond=dim // 2, dtype=dtype))
             layers.append(AffineCoupling(dim, hidden, swap=True, n_cond=dim - dim // 2, dtype=dtype))
@@ -98,7 +93,7 @@ def build_flow(
 
 
 def _spline_flow(
-    kind: str, dim: int, blocks: int, hidden: int, dtype: torch.dtype, circular: Optional[torch.Tensor], bins: int
+    p4inv: bool, dim: int, blocks: int, hidden: int, dtype: torch.dtype, circular: Optional[torch.Tensor], bins: int
 ) -> SequentialFlow:
     circular = (
         torch.zeros(dim, dtype=torch.bool) if circular is None else torch.as_tensor(circular, dtype=torch.bool).cpu()
@@ -116,7 +111,7 @@ def _spline_flow(
         mask[torch.randperm(dim, generator=g)[: dim // 2]] = True
         for m in (mask, ~mask):
             layers.append(MaskedCoupling(m, circular, hidden=hidden, bins=bins, dtype=dtype))
-            if kind == "spline-p4inv" and flat.numel() > 1:
+            if p4inv and flat.numel() > 1:
                 layers.append(SubsetFlow(P4InvLinear(flat.numel(), init="reverse", dtype=dtype), flat))
     return SequentialFlow(layers)
 
@@ -248,11 +243,11 @@ def build_generator(
     """A generator of `kind` whose coordinate transform is fitted to `data`.
 
     Args:
-        kind: one of KINDS (rnvp, p4inv, spline, spline-p4inv).
+        kind: a name in bgp4.kinds.KINDS (rnvp, p4inv, spline, spline-p4inv).
         data: (n, n_atoms, 3) training frames in nm; they fix the z-matrix statistics, the rigid
             block's PCA and (spline kinds) which torsions are circular.
         molecule: the molecule of the frames (None: bgp4.simulation.molecule's default).
-        blocks: coupling blocks; 0 takes the kind's default (config.KIND_DEFAULTS).
+        blocks: coupling blocks; 0 takes the kind's default (bgp4.kinds.KINDS).
         hidden: hidden width; 0 takes the kind's default.
         bins: spline bins; 0 takes the kind's default.
         fix_constrained: hold every constrained bond of the system fixed (48 flow dims for the
@@ -269,10 +264,9 @@ def build_generator(
     """
     from bgp4.simulation.molecule import get_molecule
 
-    if kind not in KINDS:
-        raise InputError(f"generator kind must be one of {KINDS}, got {kind!r}")
+    spec = get_kind(kind)
     molecule = get_molecule() if molecule is None else molecule
-    torsions = TORSIONS[kind]
+    torsions = spec.torsions
     if data is None:
         if not shell:
             raise InputError(
@@ -284,7 +278,7 @@ def build_generator(
         transform = MixedCoordinateTransform.fit(_frames_array(data), molecule, fix_constrained, torsions=torsions)
     config = {
         "kind": kind,
-        **resolve_architecture(kind, blocks, hidden, bins),
+        **spec.architecture(blocks, hidden, bins),
         "fix_constrained": bool(fix_constrained),
         "n_dims": transform.n_dims,
         "molecule": molecule.name,
