@@ -2,6 +2,9 @@
 
 Library errors become one line on stderr: exit code 2 for bad input (`InputError`), 1 for
 other failures (`Bgp4Error`), 130 after Ctrl-C. No traceback for user mistakes.
+
+The command functions run past 60 lines only in their signatures: typer reads each option, with
+its `--help` text and its default (taken from the settings dataclasses), from one parameter.
 """
 
 from __future__ import annotations
@@ -108,7 +111,10 @@ def simulate(
     ),
     molecule: str = typer.Option(
         _default(_MD, "molecule"),
-        help="Registered molecule to simulate (bgp4.simulation.molecule.MOLECULES); empty: the default, alanine dipeptide.",
+        help=(
+            "Registered molecule to simulate (bgp4.simulation.molecule.MOLECULES); empty: the "
+            "default, alanine dipeptide."
+        ),
     ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace a finished output file and discard a partial run."
@@ -153,7 +159,11 @@ def train(
     model: Optional[str] = typer.Option(
         None,
         "--model",
-        help="Generator: rnvp (affine couplings + swaps), p4inv (P4Inv layers instead of swaps), spline (circular rational-quadratic spline couplings) or spline-p4inv (with P4Inv layers on the non-circular coordinates)."
+        help=(
+            "Generator: rnvp (affine couplings + swaps), p4inv (P4Inv layers instead of swaps), "
+            "spline (circular rational-quadratic spline couplings) or spline-p4inv (with P4Inv layers"
+            " on the non-circular coordinates)."
+        )
         + _d("model"),
     ),
     out: Path = typer.Option(..., "--out", help="Run directory (settings, checkpoints, metrics, model, figures)."),
@@ -171,7 +181,10 @@ def train(
     ),
     blocks: Optional[int] = typer.Option(
         None,
-        help="Blocks of 2 couplings (each followed by a swap, permutation or P4Inv layer); 0: the kind's default (rnvp/p4inv 25, spline kinds 6)."
+        help=(
+            "Blocks of 2 couplings (each followed by a swap, permutation or P4Inv layer); 0: the "
+            "kind's default (rnvp/p4inv 25, spline kinds 6)."
+        )
         + _d("blocks"),
     ),
     hidden: Optional[int] = typer.Option(
@@ -185,19 +198,27 @@ def train(
     lr_schedule: Optional[str] = typer.Option(
         None,
         "--lr-schedule",
-        help="Likelihood-phase learning rate: constant, cosine (decay to 1 %) or auto (constant for rnvp/p4inv, cosine for spline kinds)."
+        help=(
+            "Likelihood-phase learning rate: constant, cosine (decay to 1 %) or auto (constant for "
+            "rnvp/p4inv, cosine for spline kinds)."
+        )
         + _d("lr_schedule"),
     ),
     clip_grad: Optional[float] = typer.Option(
         None,
         "--clip-grad",
-        help="Clip the gradient norm to this value; 0: no clipping; -1: auto (none for rnvp/p4inv, 10 for spline kinds)."
+        help=(
+            "Clip the gradient norm to this value; 0: no clipping; -1: auto (none for rnvp/p4inv, 10 for spline kinds)."
+        )
         + _d("clip_grad"),
     ),
     penalty_weight: Optional[float] = typer.Option(
         None,
         "--penalty-weight",
-        help="P4Inv: weight C_p of the penalty on log|G| and log|det A| outside the merge bounds (0: none, as in the paper's BG experiment)."
+        help=(
+            "P4Inv: weight C_p of the penalty on log|G| and log|det A| outside the merge bounds (0: "
+            "none, as in the paper's BG experiment)."
+        )
         + _d("penalty_weight"),
     ),
     merge_every: Optional[int] = typer.Option(
@@ -218,13 +239,22 @@ def train(
     augment: Optional[bool] = typer.Option(
         None,
         "--augment/--no-augment",
-        help="Data augmentation: every training batch relabels the three hydrogens of each methyl-like group (three H on one atom with identical force-field parameters) cyclically at random, a rotation by 120 degrees that leaves the energy unchanged; test NLL on the frames as simulated."
+        help=(
+            "Data augmentation: every training batch relabels the three hydrogens of each methyl-like"
+            " group (three H on one atom with identical force-field parameters) cyclically at random,"
+            " a rotation by 120 degrees that leaves the energy unchanged; test NLL on the frames as "
+            "simulated."
+        )
         + _d("augment"),
     ),
     fix_constrained: Optional[bool] = typer.Option(
         None,
         "--fix-constrained/--no-fix-constrained",
-        help="Hold every constrained X-H bond at its constraint length (48 flow dims; HA leaves the rigid block). --no-fix-constrained: the paper's 60 dims, where importance weights are not defined."
+        help=(
+            "Hold every constrained X-H bond at its constraint length (48 flow dims; HA leaves the "
+            "rigid block). --no-fix-constrained: the paper's 60 dims, where importance weights are "
+            "not defined."
+        )
         + _d("fix_constrained"),
     ),
     device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
@@ -238,13 +268,21 @@ def train(
     compile_mode: Optional[str] = typer.Option(
         None,
         "--compile",
-        help="torch.compile the likelihood step: auto|on|off. auto compiles CPU runs of at least 3,000 steps (about a minute once, then ~40% faster steps); a failed compile falls back to plain PyTorch."
+        help=(
+            "torch.compile the likelihood step: auto|on|off. auto compiles CPU runs of at least 3,000"
+            " steps (about a minute once, then ~40% faster steps); a failed compile falls back to "
+            "plain PyTorch."
+        )
         + _d("compile"),
     ),
     init: Optional[Path] = typer.Option(
         None,
         "--init",
-        help="Start from the model of this finished run instead of a fresh initialization (same model kind, architecture, data, seed and test fraction), e.g. `--steps 0 --energy-steps 3000` to add an energy phase to it.",
+        help=(
+            "Start from the model of this finished run instead of a fresh initialization (same model "
+            "kind, architecture, data, seed and test fraction), e.g. `--steps 0 --energy-steps 3000` "
+            "to add an energy phase to it."
+        ),
     ),
     config: Optional[Path] = typer.Option(
         None, "--config", help="TOML or YAML file with any of these settings; flags win."
@@ -316,17 +354,29 @@ def sample(
     refine: Optional[int] = typer.Option(
         None,
         "--refine",
-        help="Also refine the samples by annealed importance sampling with K levels (K = 0: the raw weights); writes <samples>-refined.h5.",
+        help=(
+            "Also refine the samples by annealed importance sampling with K levels (K = 0: the raw "
+            "weights); writes <samples>-refined.h5."
+        ),
     ),
     refine_steps: int = typer.Option(
         _default(_REFINE, "steps"),
         "--refine-steps",
-        help="MALA/HMC moves per refinement level, after the independence moves (one energy+force evaluation and a backward pass through the flow per leapfrog step); 0: independence moves alone, at a half to a quarter of the cost, for a generator that covers every state (README: AIS).",
+        help=(
+            "MALA/HMC moves per refinement level, after the independence moves (one energy+force "
+            "evaluation and a backward pass through the flow per leapfrog step); 0: independence "
+            "moves alone, at a half to a quarter of the cost, for a generator that covers every state"
+            " (README: AIS)."
+        ),
     ),
     refine_independence: int = typer.Option(
         _default(_REFINE, "independence"),
         "--refine-independence",
-        help="Independence Metropolis moves per refinement level: fresh draws from the generator, accepted by their weights (one energy evaluation each; forces too when there are MALA/HMC moves); 0: MALA/HMC only.",
+        help=(
+            "Independence Metropolis moves per refinement level: fresh draws from the generator, "
+            "accepted by their weights (one energy evaluation each; forces too when there are "
+            "MALA/HMC moves); 0: MALA/HMC only."
+        ),
     ),
     refine_leapfrog: int = typer.Option(
         _default(_REFINE, "leapfrog"), "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."
@@ -334,7 +384,11 @@ def sample(
     resample_ess: float = typer.Option(
         _default(_REFINE, "resample_ess"),
         "--resample-ess",
-        help="SMC: resample when the ESS of the running weights falls below this fraction (0: plain AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one lineage counted once.",
+        help=(
+            "SMC: resample when the ESS of the running weights falls below this fraction (0: plain "
+            "AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one "
+            "lineage counted once."
+        ),
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
@@ -505,7 +559,9 @@ def sweep(
     gpus_per_run: float = typer.Option(
         0.0,
         "--gpus-per-run",
-        help="GPUs per run, as Dask worker resources (start workers with --resources GPU=1); 0.5 puts two runs on a GPU.",
+        help=(
+            "GPUs per run, as Dask worker resources (start workers with --resources GPU=1); 0.5 puts two runs on a GPU."
+        ),
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     **settings,

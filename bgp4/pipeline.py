@@ -55,6 +55,18 @@ def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
     return {**p["train"], **p.get("by_model", {}).get(model, {})}
 
 
+def _refine(run: Path, sample: Any, refine: Any, progress: bool, say: Callable[[str], None]) -> None:
+    """AIS refinement of a run's samples, as `bgp4 sample RUN --refine K` does."""
+    from bgp4.generator.sample import refine_run
+    from bgp4.report.analyze import format_number
+
+    summary, refined = refine_run(run, sample, refine.validated(), progress=progress)
+    say(
+        f"refine {run.name}: {'done' if refined else 'complete, skipped'}; AIS with {refine.levels} levels, "
+        f"reverse ESS {format_number(summary.get('reverse_ess'))}"
+    )
+
+
 def run_pipeline(
     preset: str,
     out: str | Path,
@@ -67,7 +79,7 @@ def run_pipeline(
     from bgp4.generator.sample import SampleSettings, sample_run
     from bgp4.generator.train import train
     from bgp4.report.analyze import analyze, format_number
-    from bgp4.settings import TrainSettings
+    from bgp4.settings import RefineSettings, TrainSettings
     from bgp4.simulation.md import MDSettings, completed, simulate
 
     if preset not in PRESETS:
@@ -90,13 +102,20 @@ def run_pipeline(
         )
         summary, trained = train(settings, run, progress=progress)
         say(
-            f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL {format_number(summary.get('test_nll_end'))}"
+
+                f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL "
+                f"{format_number(summary.get('test_nll_end'))}"
+
         )
-        summary, sampled = sample_run(run, SampleSettings(seed=seed, device=device, **p["sample"]), progress=progress)
+        sample_settings = SampleSettings(seed=seed, device=device, **p["sample"])
+        summary, sampled = sample_run(run, sample_settings, progress=progress)
         say(
             f"sample {model}: {'done' if sampled else 'complete, skipped'}; {summary.get('samples')} samples, "
-            f"mean energy {format_number(summary.get('mean_energy_kT'))} kT"
+            f"mean energy {format_number(summary.get('mean_energy_kT'))} kT, "
+            f"reverse ESS {format_number(summary.get('reverse_ess'))}"
         )
+        if model in p.get("refine", {}):
+            _refine(run, sample_settings, RefineSettings(**p["refine"][model]), progress, say)
         runs.append(run)
     metrics = analyze(data, runs, out / "report", seed=seed)
     say(f"analyze: report in {out / 'report' / 'report.md'}")
