@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bgp4._stop import StopRequest
+from bgp4.kinds import KINDS, get_kind
 from bgp4.sweep.cluster import task_slots
 from bgp4.sweep.spec import RunSpec
 from bgp4.sweep.tasks import finish_task, train_task
@@ -48,9 +49,9 @@ MIN_PART_STEPS = 100
 #: Cost of an energy-phase step against a likelihood step (sampling and OpenMM forces; 3.3-3.5x
 #: measured in a quick-preset sweep).
 ENERGY_STEP_COST = 3
-#: Rough cost of one training step per frame of the batch, relative to rnvp (CPU step times of
-#: README's tables); only the order of the tasks depends on it.
-STEP_COST = {"rnvp": 1.0, "p4inv": 1.6, "spline": 6.0, "spline-p4inv": 6.5}
+#: Rough cost of one training step per frame of the batch, relative to rnvp (the kinds' step_cost
+#: in bgp4.kinds, from CPU step times of README's tables); only the order of the tasks depends on it.
+STEP_COST = {name: kind.step_cost for name, kind in KINDS.items()}
 #: Retries of a task that raised; a task whose worker died is rescheduled by the scheduler
 #: (`distributed.scheduler.allowed-failures`, 3 by default) and resumes from its checkpoint.
 RETRIES = 2
@@ -72,7 +73,7 @@ def remaining_cost(spec: RunSpec, step: int) -> int:
 
 def _cost(spec: RunSpec, weighted_steps: int) -> int:
     """rnvp-step-frames of `weighted_steps` likelihood steps of this run."""
-    return int(weighted_steps * spec.train["batch"] * STEP_COST.get(spec.model, 1.0))
+    return int(weighted_steps * spec.train["batch"] * get_kind(spec.model).step_cost)
 
 
 def _weighted_steps(spec: RunSpec, step: int) -> int:
