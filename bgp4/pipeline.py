@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from bgp4.errors import InputError
+from bgp4.kinds import KINDS
+
+#: The kinds with spline couplings: the paper preset gives them their own training settings.
+_SPLINE_KINDS = tuple(name for name, kind in KINDS.items() if kind.circular)
 
 #: Presets: `quick` shows the main result on 2 CPU cores in minutes; `paper` is the full reproduction.
 #: "models" lists the generators a preset trains; "by_model" overrides "train" per kind (the spline
@@ -43,7 +47,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "energy_lr": 3e-5,
                 "augment": True,
             }
-            for kind in ("spline", "spline-p4inv")
+            for kind in _SPLINE_KINDS
         },
     },
 }
