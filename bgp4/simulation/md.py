@@ -6,17 +6,21 @@ record file in `<out>.partial/`. Every few thousand frames it fsyncs the records
 an OpenMM checkpoint that names how many records are committed; a replica restarted after a kill
 truncates its records to that count and continues from the checkpoint, so no frame is lost or
 duplicated. When every replica is done the records become one mdtraj HDF5 file.
+
+The replicas run as `python -m bgp4.simulation._md_worker` processes (not multiprocessing's spawn,
+which re-runs the caller's `__main__`), so a script that calls `simulate` needs no `__main__` guard.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
+import select
 import shutil
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from queue import Empty
 
 import numpy as np
 
@@ -116,74 +120,56 @@ def die_with_parent() -> None:
         pass
 
 
-def run_replica(workdir: str, replica: int, settings: dict, progress=None) -> None:
-    """Run one replica until it holds its share of frames (resuming from its checkpoint)."""
-    import signal
+def _replica_command(work: Path, replica: int, s: MDSettings) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of one replica process; it imports this very bgp4, whatever the cwd, sys.path or install."""
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # keeps the cwd (and any bgp4/ there) off its sys.path
+    argv = [sys.executable, *safe_path, "-m", "bgp4.simulation._md_worker"]
+    argv += [str(work), str(replica), json.dumps(asdict(s)), str(os.getpid())]
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])  # the directory that holds bgp4/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return argv, env
 
-    import openmm
 
-    from bgp4.platform import get_platform
-    from bgp4.simulation.molecule import get_molecule
+def _run_replicas(work: Path, s: MDSettings, done: list[int], bar) -> None:
+    """Run every replica in a process of its own until all have exited, moving `bar` (and `done`,
+    frames per replica) as their messages come in; raises Bgp4Error naming the replicas that failed.
 
-    die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    s = MDSettings(**settings)
-    target = s.frames_of(replica)
-    seed = s.seeds()[replica]
-    work = Path(workdir)
-    state_path, frames_path = work / STATE_FILE.format(replica), work / FRAMES_FILE.format(replica)
-
-    molecule = get_molecule(s.molecule)
-    record = record_dtype(molecule.n_atoms)
-    integrator = openmm.LangevinMiddleIntegrator(s.temperature, s.friction, s.timestep_fs / 1000.0)
-    integrator.setRandomNumberSeed(seed)
-    platform, props = get_platform(s.platform)
-    context = openmm.Context(molecule.system, integrator, platform, props)
-
-    state = _read_state(state_path)
-    if state is None:
-        done = 0
-        context.setPositions(molecule.positions)
-        openmm.LocalEnergyMinimizer.minimize(context)
-        context.setVelocitiesToTemperature(s.temperature, seed)
-        integrator.step(int(round(s.equilibration_ps * 1000.0 / s.timestep_fs)))
-        atomic_write(state_path, json.dumps({"frames": 0}).encode() + b"\n" + context.createCheckpoint())
-    else:
-        done, checkpoint = state
-        context.loadCheckpoint(checkpoint)
-    with open(frames_path, "ab") as f:
-        f.truncate(done * record.itemsize)  # drop records written after the last checkpoint
-    if progress is not None:
-        progress.put((replica, done))
-
-    # Quantity unit conversion costs ~35 us a frame (10 % of the MD); check the units once,
-    # then read the raw values.
-    probe = context.getState(getPositions=True, getEnergy=True)
-    if (
-        probe.getPositions(asNumpy=True).unit != openmm.unit.nanometer
-        or probe.getPotentialEnergy().unit != openmm.unit.kilojoule_per_mole
-    ):
-        raise Bgp4Error("OpenMM returned positions or energies in unexpected units")
-    buffer = np.empty(CHECKPOINT_EVERY, dtype=record)
-    xyz, epot, ekin = buffer["xyz"], buffer["epot"], buffer["ekin"]  # field views, made once
-    with open(frames_path, "ab") as f:
-        while done < target:
-            n = min(CHECKPOINT_EVERY, target - done)
-            for i in range(n):
-                integrator.step(s.save_every)
-                st = context.getState(getPositions=True, getEnergy=True)
-                xyz[i] = st.getPositions(asNumpy=True)._value
-                epot[i] = st.getPotentialEnergy()._value
-                ekin[i] = st.getKineticEnergy()._value
-                if progress is not None and (i + 1) % PROGRESS_EVERY == 0:
-                    progress.put((replica, done + i + 1))
-            f.write(buffer[:n].tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-            done += n
-            atomic_write(state_path, json.dumps({"frames": done}).encode() + b"\n" + context.createCheckpoint())
-            if progress is not None:
-                progress.put((replica, done))
+    On any exception here (Ctrl-C included) the replicas still running are stopped (SIGTERM); what
+    they committed stays for a rerun. Messages are described in `bgp4.simulation._md_worker`.
+    """
+    procs: list[subprocess.Popen] = []
+    errors: dict[int, str] = {}
+    try:
+        for r in range(s.replicas):
+            argv, env = _replica_command(work, r, s)
+            procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, close_fds=True))
+        streams = {p.stdout.fileno(): (r, b"") for r, p in enumerate(procs)}  # fd -> (replica, unfinished line)
+        while streams:
+            for fd in select.select(list(streams), [], [])[0]:
+                r, pending = streams.pop(fd)
+                chunk = os.read(fd, 1 << 16)
+                *lines, rest = (pending + chunk).split(b"\n")
+                for message in map(json.loads, lines):
+                    if "frames" in message:
+                        bar.update(message["frames"] - done[r])
+                        done[r] = message["frames"]
+                    else:
+                        errors[r] = str(message.get("error"))
+                if chunk:  # b"": the replica closed its end (it exited)
+                    streams[fd] = (r, rest)
+        for p in procs:
+            p.wait()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
+            p.stdout.close()
+    failed = [r for r, p in enumerate(procs) if p.returncode != 0]
+    if failed:
+        why = "; ".join(f"replica {r} failed: {errors.get(r) or f'exit code {procs[r].returncode}'}" for r in failed)
+        raise Bgp4Error(f"MD {why}; rerun to resume")
 
 
 def _settings_record(s: MDSettings) -> dict:
@@ -292,36 +278,12 @@ def simulate(
     if not overwrite and completed(out, settings):
         return out
     work, s = _prepare(out, s, overwrite, auto_replicas=settings.replicas == 0)
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [
-        ctx.Process(target=run_replica, args=(str(work), r, asdict(s), queue), daemon=True) for r in range(s.replicas)
-    ]
     done = [_committed(work, r) for r in range(s.replicas)]
     bar = tqdm(total=s.frames, initial=sum(done), unit="frame", desc="simulate", disable=not progress, smoothing=0.1)
     try:
-        for p in procs:
-            p.start()
-        while any(p.is_alive() for p in procs) or not queue.empty():
-            try:
-                replica, n = queue.get(timeout=0.5)
-            except Empty:  # nothing new this half second
-                continue
-            bar.update(n - done[replica])
-            done[replica] = n
-        for p in procs:
-            p.join()
+        _run_replicas(work, s, done, bar)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join()
         bar.close()
-    failed = [r for r, p in enumerate(procs) if p.exitcode != 0]
-    if failed:
-        raise Bgp4Error(
-            f"MD replica(s) {failed} failed (exit codes {[procs[r].exitcode for r in failed]}); rerun to resume"
-        )
     _assemble(out, work, s)
     shutil.rmtree(work)
     return out
