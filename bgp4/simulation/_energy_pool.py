@@ -45,7 +45,7 @@ def worker_command(
     ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+        p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")) if p
     )
     return argv, env
 
