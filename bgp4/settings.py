@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from bgp4.errors import InputError
 from bgp4.kinds import KINDS, get_kind, kind_names
+from bgp4.stage import changed, same_data, with_fingerprint  # noqa: F401 - same_data: part of this API
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -236,35 +237,15 @@ def settings_record(s: TrainSettings) -> dict[str, Any]:
     """The run's settings as stored in settings.json, with the data file's fingerprint."""
     import json
 
-    from bgp4._io import file_fingerprint
-
-    record = json.loads(json.dumps(dataclasses.asdict(s)))
-    record["data_fingerprint"] = file_fingerprint(s.data) if Path(s.data).is_file() else None
-    return record
+    return with_fingerprint(json.loads(json.dumps(dataclasses.asdict(s))))
 
 
 def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Names of the settings that differ between two settings records in a way that changes the
-    result. Where a data fingerprint is missing (data file gone, or a run recorded before
-    fingerprints), the data file's path decides. A setting one record lacks (a run of an older
-    version) counts as its default."""
-    ignored = set(RESULT_NEUTRAL) | {"data_fingerprint"}
-    defaults = dataclasses.asdict(TrainSettings())
-    differ = sorted(
-        k
-        for k in set(previous) | set(current)
-        if k not in ignored and previous.get(k, defaults.get(k)) != current.get(k, defaults.get(k))
-    )
-    if not same_data(previous, current):
-        differ.insert(0, "data")
-    return differ
-
-
-def same_data(previous: dict[str, Any], current: dict[str, Any]) -> bool:
-    """Whether two settings records name the same data: by fingerprint where both have one,
-    else by the data file's path."""
-    old, new = previous.get("data_fingerprint"), current.get("data_fingerprint")
-    return old == new if (old and new) else previous.get("data") == current.get("data")
+    """Names of the settings that differ between two training records in a way that changes the
+    result (`bgp4.stage.changed`): the data file by content where both records have its
+    fingerprint, else by path; a setting one record lacks (a run of an older version) counts as
+    its default."""
+    return changed(previous, current, neutral=RESULT_NEUTRAL, defaults=dataclasses.asdict(TrainSettings()))
 
 
 def check_refine(levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int) -> None:

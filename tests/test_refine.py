@@ -11,14 +11,13 @@ import torch
 from scipy.special import logsumexp, softmax
 from typer.testing import CliRunner
 
-from bgp4.analysis.weights import lineage_ess
+from bgp4.analysis.weights import lineage_ess, reverse_ess
 from bgp4.errors import InputError
 from bgp4.generator.refine import (
     Chains,
     FunctionTarget,
     _hmc_step,
     anneal_target,
-    kish_ess,
     run_levels,
     schedule,
     start,
@@ -98,7 +97,7 @@ def test_independence_moves_keep_the_weights_exact():
 
 
 def test_ess_rises_with_levels_and_counts_evaluations(annealed):
-    ess = [kish_ess(annealed[k][0].log_w) for k in (0, 5, 20)]
+    ess = [reverse_ess(annealed[k][0].log_w) for k in (0, 5, 20)]
     assert ess[0] < 0.15 and ess[0] < ess[1] < ess[2]
     for k in (0, 5, 20):
         chains, plan, _ = annealed[k]
@@ -125,7 +124,7 @@ def test_smc_resampling_keeps_the_normalizer_unbiased():
     # copies share their lineage, so counting each lineage once gives a lower ESS than Kish's
     lineages = chains.ancestor.unique()
     assert 0 < lineages.numel() < 4000 and int(lineages.min()) >= 0 and int(lineages.max()) < 4000
-    assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) < 0.9 * kish_ess(chains.log_w)
+    assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) < 0.9 * reverse_ess(chains.log_w)
 
 
 def test_two_resamplings_compose_lineages():
@@ -148,7 +147,7 @@ def test_lineage_ess_counts_copies_once_and_equals_kish_without_resampling(annea
     chains = annealed[20][0]
     assert torch.equal(chains.ancestor, torch.arange(4000))
     assert lineage_ess(chains.log_w.numpy(), chains.ancestor.numpy()) == pytest.approx(
-        kish_ess(chains.log_w), rel=1e-12
+        reverse_ess(chains.log_w), rel=1e-12
     )
 
 

@@ -42,7 +42,9 @@ def log_weights(u: np.ndarray, log_q: np.ndarray) -> np.ndarray:
 
 
 def _clean_log_weights(log_w: np.ndarray) -> np.ndarray:
-    """nan -> -inf; if any +inf, those samples share all the weight (the limit of huge weights)."""
+    """nan -> -inf (weight zero); if any +inf, those samples share all the weight and every other
+    sample gets none: the limit of weights that grow without bound, so that an estimate built on
+    them says it is dominated by those samples rather than coming out nan or finite and wrong."""
     clean = np.where(np.isnan(log_w), -np.inf, log_w)
     infinite = np.isposinf(clean)
     if infinite.any():
@@ -54,7 +56,8 @@ def normalized_weights(log_w: np.ndarray) -> np.ndarray:
     """Self-normalized weights (n,) summing to 1 from log weights; all zeros if no weight is positive.
 
     The maximum is subtracted before exponentiating, so log weights spanning thousands of kT
-    neither overflow nor lose the dominant samples; nan and -inf entries get weight 0.
+    neither overflow nor lose the dominant samples; nan and -inf entries get weight 0; if any entry
+    is +inf, the +inf entries share the weight equally (the limit of unbounded weights).
     """
     clean = _clean_log_weights(_as_1d(log_w, "log_w"))
     if clean.size == 0 or not np.isfinite(clean).any():
@@ -64,10 +67,13 @@ def normalized_weights(log_w: np.ndarray) -> np.ndarray:
 
 
 def reverse_ess(log_w: np.ndarray) -> float:
-    """Kish effective sample size per sample, (sum w)^2 / sum w^2 / N, in [0, 1].
+    """Kish effective sample size per sample, (sum w)^2 / sum w^2 / N, in [0, 1]: the one Kish ESS
+    of bgp4 (AIS refinement's resampling test uses it too).
 
     Computed as exp(2 logsumexp(log w) - logsumexp(2 log w) - log N) after subtracting max log w.
     Zero-weight entries (-inf, nan) count in N; 0.0 if no weight is positive; nan for N = 0.
+    Entries of +inf share all the weight (k of them give k / N), see `normalized_weights`.
+    `log_w` may be any 1-d array-like on the CPU (numpy, list, CPU torch tensor).
     """
     clean = _clean_log_weights(_as_1d(log_w, "log_w"))
     n = clean.size

@@ -33,30 +33,41 @@ samples are still the generator's and r varies most.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
-from bgp4.analysis.weights import lineage_ess
+from bgp4.analysis.weights import lineage_ess, reverse_ess
 from bgp4.errors import InputError
+from bgp4.generator.chains import Chains, ChainStore
+from bgp4.generator.moves import hmc_step as _hmc_step  # looked up here by run_levels (tests replace it)
+from bgp4.generator.moves import independence_step as _independence_step
+from bgp4.generator.moves import mean_rate as _mean_rate
+from bgp4.generator.moves import systematic_resample as _systematic
 from bgp4.generator.targets import Evaluation, FunctionTarget, GeneratorTarget, Target
 from bgp4.settings import check_refine
 
 __all__ = [
+    "AnnealPlan",
     "AnnealResult",
+    "ChainStore",
+    "Chains",
     "Evaluation",
     "FunctionTarget",
     "GeneratorTarget",
     "Target",
     "anneal",
+    "anneal_batches",
     "anneal_target",
-    "kish_ess",
+    "batch_seed",
+    "plan_annealing",
+    "run_levels",
     "schedule",
+    "start",
     "tune_step_sizes",
-    "Chains",
 ]
 
 TARGET_ACCEPT = 0.65
@@ -72,152 +83,9 @@ def schedule(levels: int, power: float = 2.0) -> np.ndarray:
     return (np.arange(levels + 2) / (levels + 1)) ** power
 
 
-def kish_ess(log_w: torch.Tensor | np.ndarray) -> float:
-    """Kish ESS per sample, (sum w)^2 / sum w^2 / N, of log weights (N,); 0 when no weight is positive."""
-    lw = torch.as_tensor(log_w, dtype=torch.float64)
-    if not torch.isfinite(lw).any():
-        return 0.0
-    return float(torch.exp(2 * torch.logsumexp(lw, 0) - torch.logsumexp(2 * lw, 0)) / lw.numel())
-
-
-def _systematic(log_w: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Indices (N,) of a systematic resample with probabilities softmax(log_w)."""
-    n = log_w.numel()
-    cdf = torch.cumsum(torch.softmax(log_w, 0), 0)
-    points = (torch.rand(1, generator=generator, dtype=torch.float64) + torch.arange(n, dtype=torch.float64)) / n
-    points = points.to(log_w.device)
-    return torch.searchsorted(cdf, points).clamp_(max=n - 1)
-
-
-class Chains:
-    """State of N annealed samples: z (N, d), cached target values, log weights, level done, statistics.
-
-    `state_dict()` / `Chains.from_state` give a plain dict of numpy arrays (for an npz checkpoint).
-    """
-
-    ARRAYS = ("z", "log_base", "log_ratio", "grad_base", "grad_ratio", "log_w", "ancestor")
-
-    def __init__(self, z: torch.Tensor, ev: Evaluation, levels: int):
-        self.z, self.log_base, self.log_ratio = z.detach(), ev.log_base, ev.log_ratio
-        self.grad_base, self.grad_ratio = ev.grad_base, ev.grad_ratio
-        self.aux = dict(ev.aux)
-        self.log_w = torch.zeros(len(z), dtype=torch.float64, device=z.device)
-        self.ancestor = torch.arange(len(z), device=z.device)
-        self.level = 0
-        self.acceptance = np.full(levels, np.nan)
-        self.independence_acceptance = np.full(levels, np.nan)
-        self.n_evals = len(z)
-        self.resampled = np.zeros(levels, dtype=bool)
-        self.finished = False
-
-    def take(self, rows: torch.Tensor, z: torch.Tensor, ev: Evaluation, sub: torch.Tensor) -> None:
-        """Store z and the entries `sub` (mask) of the evaluation `ev` at the row indices `rows`."""
-        self.z[rows] = z
-        for name in ("log_base", "log_ratio", "grad_base", "grad_ratio"):
-            if (mine := getattr(self, name)) is not None:  # no gradients are kept without HMC moves
-                mine[rows] = getattr(ev, name)[sub].to(mine.dtype)
-        for k, v in ev.aux.items():
-            self.aux[k][rows] = v[sub].to(self.aux[k].dtype)
-
-    def live_rows(self) -> torch.Tensor:
-        """Indices of the samples that still move: finite weight and finite target."""
-        return torch.nonzero(torch.isfinite(self.log_w) & torch.isfinite(self.log_ratio)).squeeze(1)
-
-    def reorder(self, idx: torch.Tensor) -> None:
-        for name in self.ARRAYS:
-            if getattr(self, name) is not None:
-                setattr(self, name, getattr(self, name)[idx])
-        self.aux = {k: v[idx] for k, v in self.aux.items()}
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        # the gradients are None when there are no levels (K = 0: nothing moves)
-        out = {name: v.cpu().numpy() for name in self.ARRAYS if (v := getattr(self, name)) is not None}
-        out.update({f"aux_{k}": v.cpu().numpy() for k, v in self.aux.items()})
-        out.update(
-            level=np.array(self.level),
-            acceptance=self.acceptance,
-            n_evals=np.array(self.n_evals),
-            independence_acceptance=self.independence_acceptance,
-            resampled=self.resampled,
-            finished=np.array(self.finished),
-        )
-        return out
-
-    @classmethod
-    def from_state(cls, state: dict[str, np.ndarray], device: torch.device | str = "cpu") -> Chains:
-        self = cls.__new__(cls)
-        for name in cls.ARRAYS:
-            setattr(self, name, torch.as_tensor(np.array(state[name])).to(device) if name in state else None)
-        self.aux = {k[4:]: torch.as_tensor(np.array(v)).to(device) for k, v in state.items() if k.startswith("aux_")}
-        self.level, self.n_evals = int(state["level"]), int(state["n_evals"])
-        self.acceptance, self.resampled = np.array(state["acceptance"]), np.array(state["resampled"])
-        self.independence_acceptance = np.array(
-            state.get("independence_acceptance", np.full(len(self.acceptance), np.nan))
-        )
-        self.finished = bool(state["finished"])
-        if self.ancestor is None and not self.resampled.any():  # a state saved before lineages were kept
-            self.ancestor = torch.arange(len(self.z), device=self.z.device)
-        return self
-
-
-def _wrap(z: torch.Tensor, circular: Optional[torch.Tensor]) -> torch.Tensor:
-    if circular is None or not bool(circular.any()):
-        return z
-    wrapped = torch.remainder(z + math.pi, 2 * math.pi) - math.pi
-    return torch.where(circular.to(z.device), wrapped, z)
-
-
-def _hmc_step(target: Target, c: Chains, b: float, eps: float, leapfrog: int, gen: torch.Generator) -> float:
-    """One HMC move (L leapfrog steps, L = 1: MALA) of every live sample at g_b; returns the mean acceptance."""
-    if c.grad_ratio is None:
-        raise ValueError(
-            "these chains keep no gradients (started with steps=0): start them with steps > 0 for HMC moves"
-        )
-    idx = c.live_rows()
-    if len(idx) == 0:
-        return math.nan
-    z0 = c.z[idx]
-    p0 = torch.randn(z0.shape, generator=gen, dtype=z0.dtype).to(z0.device)
-    log_g0 = c.log_base[idx] + b * c.log_ratio[idx]
-    grad = c.grad_base[idx] + b * c.grad_ratio[idx]
-    z, p = z0, p0 + 0.5 * eps * grad
-    passable = torch.ones(len(idx), dtype=torch.bool, device=z0.device)
-    for step in range(leapfrog):
-        z = _wrap(z + eps * p, target.circular)
-        ev = target.evaluate(z)
-        c.n_evals += len(idx)
-        passable &= torch.isfinite(ev.log_ratio)
-        p = p + (0.5 if step == leapfrog - 1 else 1.0) * eps * (ev.grad_base + b * ev.grad_ratio)
-    log_g1 = ev.log_base + b * ev.log_ratio
-    log_acc = log_g1 - log_g0 - 0.5 * (p.double().square().sum(1) - p0.double().square().sum(1))
-    log_acc = torch.where(passable & torch.isfinite(log_acc), log_acc, torch.full_like(log_acc, -math.inf))
-    u = torch.rand(len(idx), generator=gen, dtype=torch.float64).to(z0.device)
-    accept = torch.log(u) < log_acc
-    c.take(idx[accept], z[accept], ev, accept)
-    return float(torch.exp(log_acc.clamp(max=0.0)).mean())
-
-
-def _independence_step(target: Target, c: Chains, b: float, gen: torch.Generator) -> float:
-    """One independence Metropolis move of every live sample at g_b, proposing fresh base draws;
-    returns the mean acceptance. Accepts with min(1, exp(b (r' - r))), since g_b / base = exp(b r).
-    Gradients are evaluated only when the chains keep them (for HMC moves)."""
-    idx = c.live_rows()
-    if len(idx) == 0:
-        return math.nan
-    z = target.sample_base(len(idx), generator=gen).to(c.z.device, c.z.dtype)
-    ev = target.evaluate(z, grad=c.grad_ratio is not None)
-    c.n_evals += len(idx)
-    log_acc = b * (ev.log_ratio - c.log_ratio[idx])
-    log_acc = torch.where(torch.isfinite(log_acc), log_acc, torch.full_like(log_acc, -math.inf))
-    u = torch.rand(len(idx), generator=gen, dtype=torch.float64).to(c.z.device)
-    accept = torch.log(u) < log_acc
-    c.take(idx[accept], z[accept], ev, accept)
-    return float(torch.exp(log_acc.clamp(max=0.0)).mean())
-
-
-def _mean_rate(rates: list[float]) -> float:
-    """Mean acceptance of one level's moves (nan entries: moves without live samples), nan if none."""
-    return float(np.nanmean(rates)) if np.isfinite(rates).any() else math.nan
+def _ess(log_w: torch.Tensor) -> float:
+    """`bgp4.analysis.weights.reverse_ess` of log weights held in a tensor (on any device)."""
+    return reverse_ess(log_w.detach().cpu().numpy())
 
 
 def start(target: Target, z0: torch.Tensor, levels: int, steps: int = 1) -> Chains:
@@ -249,7 +117,7 @@ def run_levels(
     levels = len(betas) - 2
     for k in range(c.level + 1, levels + 1):
         c.log_w = c.log_w + (betas[k] - betas[k - 1]) * c.log_ratio
-        if resample_ess > 0 and kish_ess(c.log_w) < resample_ess and torch.isfinite(c.log_w).any():
+        if resample_ess > 0 and _ess(c.log_w) < resample_ess and torch.isfinite(c.log_w).any():
             mean = torch.logsumexp(c.log_w, 0) - math.log(len(c.log_w))
             c.reorder(_systematic(c.log_w, gen).to(c.z.device))
             c.log_w = torch.full_like(c.log_w, float(mean))
@@ -325,7 +193,8 @@ class AnnealResult(NamedTuple):
 
     @property
     def ess(self) -> float:
-        return kish_ess(self.log_w)
+        """Kish ESS per sample of the AIS weights (`bgp4.analysis.weights.reverse_ess`)."""
+        return _ess(self.log_w)
 
     @property
     def lineage_ess(self) -> float:
@@ -341,10 +210,91 @@ class AnnealResult(NamedTuple):
 
 
 @dataclass
-class _Plan:
+class AnnealPlan:
+    """What every batch of one refinement shares: inverse temperatures betas (K + 2,), the HMC
+    step size of each level (K,) and the energy evaluations their pilot cost."""
+
     betas: np.ndarray
     step_sizes: np.ndarray
     pilot_evals: int
+
+
+def plan_annealing(
+    target: Target,
+    levels: int,
+    steps: int = 1,
+    leapfrog: int = 1,
+    power: float = 2.0,
+    pilot: int = PILOT,
+    seed: int = 0,
+    independence: int = 1,
+) -> AnnealPlan:
+    """The schedule (`schedule(levels, power)`) and step sizes tuned on a pilot batch of `pilot`
+    base samples drawn with seed + 1 (`tune_step_sizes`; its samples are discarded)."""
+    betas = schedule(levels, power)
+    sizes, pilot_evals = tune_step_sizes(
+        target, betas, steps, leapfrog, n=pilot, seed=seed + 1, independence=independence
+    )
+    return AnnealPlan(betas, sizes, pilot_evals)
+
+
+def batch_seed(seed: int, batch: int) -> int:
+    """The seed of batch `batch`'s move generator in `anneal_batches`."""
+    return int(np.random.SeedSequence([seed, batch]).generate_state(1)[0])
+
+
+def anneal_batches(
+    target: Target,
+    plan: AnnealPlan,
+    batches: Iterable[torch.Tensor],
+    seed: int,
+    steps: int = 1,
+    leapfrog: int = 1,
+    resample_ess: float = 0.0,
+    independence: int = 1,
+    store: Optional[ChainStore] = None,
+    on_level: Optional[Callable[[int, Chains], None]] = None,
+) -> list[Chains]:
+    """Anneal each batch of base samples (N_i, d) with the plan's kernels, its moves drawn from a
+    generator seeded with `batch_seed(seed, i)`; returns the finished chains of every batch.
+
+    With a `store`, each batch's chains and generator are saved after every level and at its end,
+    and a batch found there resumes from its saved state: a killed refinement run again gives the
+    same numbers, losing at most one level. `on_level(i, chains)` runs after each save (progress).
+    """
+    results = []
+    for i, z0 in enumerate(batches):
+        state = store.load(i) if store is not None else None
+        gen = torch.Generator()
+        if state is not None:
+            chains = Chains.from_state(state, z0.device)
+            gen.set_state(torch.from_numpy(state["rng"]))
+        else:
+            gen.manual_seed(batch_seed(seed, i))
+            chains = start(target, z0, len(plan.betas) - 2, steps)
+
+        def saved(c: Chains, i: int = i, gen: torch.Generator = gen) -> None:
+            if store is not None:
+                store.save(i, {**c.state_dict(), "rng": gen.get_state().numpy()})
+            if on_level is not None:
+                on_level(i, c)
+
+        if not chains.finished:
+            run_levels(
+                target,
+                chains,
+                plan.betas,
+                plan.step_sizes,
+                steps,
+                leapfrog,
+                gen,
+                resample_ess,
+                on_level=saved,
+                independence=independence,
+            )
+        saved(chains)
+        results.append(chains)
+    return results
 
 
 def anneal_target(
@@ -359,23 +309,20 @@ def anneal_target(
     pilot: int = PILOT,
     z0: Optional[torch.Tensor] = None,
     independence: int = 1,
-) -> tuple[Chains, _Plan, torch.Tensor]:
+) -> tuple[Chains, AnnealPlan, torch.Tensor]:
     """AIS on any `Target`: tune step sizes on a pilot batch, then anneal n base samples (or z0).
 
     Returns the final chains, the plan (betas, step sizes, pilot evaluations) and the raw log
     weights (n,) of the starting samples.
     """
     check_refine(levels, steps, leapfrog, resample_ess, independence)
-    betas = schedule(levels, power)
-    sizes, pilot_evals = tune_step_sizes(
-        target, betas, steps, leapfrog, n=pilot, seed=seed + 1, independence=independence
-    )
+    plan = plan_annealing(target, levels, steps, leapfrog, power, pilot, seed, independence)
     gen = torch.Generator().manual_seed(int(seed))
     z = target.sample_base(n, generator=gen) if z0 is None else z0
     c = start(target, z, levels, steps)
     raw = c.log_ratio.clone()
-    run_levels(target, c, betas, sizes, steps, leapfrog, gen, resample_ess, independence=independence)
-    return c, _Plan(betas, sizes, pilot_evals), raw
+    run_levels(target, c, plan.betas, plan.step_sizes, steps, leapfrog, gen, resample_ess, independence=independence)
+    return c, plan, raw
 
 
 def anneal(

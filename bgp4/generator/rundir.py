@@ -8,10 +8,9 @@ Plain files a person can read: `settings.json`, `metrics.jsonl` (one JSON object
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,73 +19,55 @@ import torch
 
 from bgp4._io import atomic_write
 from bgp4.errors import InputError
+from bgp4.stage import COMPLETE, METRICS, SETTINGS, Stage, changed, refuse_changes
 
-SETTINGS, METRICS, CHECKPOINT, MODEL, SPLIT, COMPLETE = (
-    "settings.json",
-    "metrics.jsonl",
-    "checkpoint.pt",
-    "model.pt",
-    "split.npz",
-    "complete.json",
-)
+__all__ = ["CHECKPOINT", "COMPLETE", "METRICS", "MODEL", "SETTINGS", "SPLIT", "RunDirectory", "check_init"]
+
+CHECKPOINT, MODEL, SPLIT = "checkpoint.pt", "model.pt", "split.npz"
 
 
-class RunDirectory:
-    """Files of one training run under `path`."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-
-    def file(self, name: str) -> Path:
-        return self.path / name
-
-    @property
-    def complete(self) -> bool:
-        return self.file(COMPLETE).exists()
+class RunDirectory(Stage):
+    """Files of one training run under `path`: a `bgp4.stage.Stage` with checkpoints and a model."""
 
     def prepare(
         self,
         settings: dict[str, Any],
         overwrite: bool,
-        changed: Callable[[dict[str, Any], dict[str, Any]], list[str]] | None = None,
+        changed: Callable[[dict[str, Any], dict[str, Any]], list[str]] = changed,
     ) -> None:
         """Create the directory, or check that an existing run has the same settings.
 
-        changed(previous, current) names the settings that differ (default: every key whose
-        value differs); a run with any of them is refused unless `overwrite`.
+        changed(previous, current) names the settings that differ (default: `bgp4.stage.changed`
+        with no neutral settings); a run with any of them is refused unless `overwrite`.
         """
         if overwrite and self.path.is_dir():
             if any(self.path.iterdir()) and not self.file(SETTINGS).exists():
-                raise InputError(f"{self.path} is not a bgp4 run directory; --overwrite only replaces runs")
+                raise InputError(
+                    f"{self.path} is not a bgp4 run directory; overwrite=True (--overwrite) only replaces runs"
+                )
             shutil.rmtree(self.path)
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"run directory {self.path} is a file")
-        existing = self.file(SETTINGS)
-        if existing.exists():
-            previous = json.loads(existing.read_text())
-            if changed is None:
-                differ = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
-            else:
-                differ = changed(previous, settings)
-            if differ:
-                raise InputError(
-                    f"{self.path} holds a run with other settings ({', '.join(differ)}); "
-                    "use another --out or pass --overwrite to start again"
-                )
+        previous = self.recorded()
+        if previous is not None:
+            refuse_changes(
+                f"{self.path} holds a run",
+                changed(previous, settings),
+                "use another out directory (--out) or pass overwrite=True (--overwrite) to start again",
+            )
             return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InputError(f"cannot create run directory {self.path}: {exc.strerror}") from None
-        self.write_json(SETTINGS, settings)
+        self.record(settings)
 
     def settings(self) -> dict[str, Any]:
-        if not self.file(SETTINGS).exists():
+        """The run's settings record; InputError when the directory holds no run."""
+        previous = self.recorded()
+        if previous is None:
             raise InputError(f"{self.path} is not a bgp4 run directory (no {SETTINGS})")
-        return json.loads(self.file(SETTINGS).read_text())
-
-    def write_json(self, name: str, payload: dict[str, Any]) -> None:
-        atomic_write(self.file(name), json.dumps(payload, indent=1, sort_keys=True))
+        return previous
 
     def save_torch(self, name: str, payload: Any) -> None:
         """torch.save to a temporary name, then rename: a kill never leaves half a file."""
@@ -112,25 +93,17 @@ class RunDirectory:
             return torch.load(self.file(name), map_location=map_location, weights_only=True)
         except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
-            raise InputError(f"{self.file(name)} is damaged ({reason}); pass --overwrite to start again") from err
-
-    def log(self, record: dict[str, Any]) -> None:
-        with open(self.file(METRICS), "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-    def records(self) -> Iterator[dict[str, Any]]:
-        path = self.file(METRICS)
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    yield json.loads(line)
+            raise InputError(
+                f"{self.file(name)} is damaged ({reason}); pass overwrite=True (--overwrite) to start again"
+            ) from err
 
     def truncate_log(self, step: int) -> None:
-        """Drop records written after global step `step` (they are redone after a resume)."""
-        records = list(self.records())
-        kept = [r for r in records if r.get("global_step", 0) <= step]
-        if len(kept) < len(records) or not self.file(METRICS).exists():
-            atomic_write(self.file(METRICS), "".join(json.dumps(r) + "\n" for r in kept))
+        """Drop records written after global step `step` (they are redone after a resume), and a
+        line cut off by a kill (the next record would be appended to it)."""
+        kept = "".join(json.dumps(r) + "\n" for r in self.records() if r.get("global_step", 0) <= step)
+        path = self.file(METRICS)
+        if not path.exists() or path.read_text() != kept:
+            atomic_write(path, kept)
 
 
 # what a run started from another (--init) must share with it: the architecture, and the data and
@@ -141,17 +114,12 @@ INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "seed
 def check_init(init: str | Path, record: dict[str, Any]) -> None:
     """Refuse (InputError) to start the run with settings `record` from the run directory `init`
     unless that run is finished and has the same architecture, data and train/test split."""
-    from bgp4.settings import same_data
-
     source = RunDirectory(init)
     if not source.complete or not source.file(MODEL).is_file():
-        raise InputError(f"--init {init}: not a finished bgp4 training run (no complete.json or model.pt)")
-    previous = source.settings()
-    differ = [k for k in INIT_MUST_MATCH if previous.get(k) != record.get(k)]
-    if not same_data(previous, record):
-        differ.insert(0, "data")
+        raise InputError(f"init={init} (--init): not a finished bgp4 training run (no {COMPLETE} or {MODEL})")
+    differ = changed(source.settings(), record, keys=INIT_MUST_MATCH)
     if differ:
         raise InputError(
-            f"--init {init} was trained with another {', '.join(differ)}; "
+            f"init={init} (--init) was trained with another {', '.join(differ)}; "
             "a run can only start from one with the same architecture, data and split"
         )

@@ -10,19 +10,32 @@ internal-coordinate domain, whose log q is not trustworthy), `finite` and `in_do
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from bgp4._io import atomic_write
 from bgp4.errors import InputError
-from bgp4.generator.rundir import MODEL, RunDirectory
+from bgp4.generator.rundir import COMPLETE, MODEL, RunDirectory
 from bgp4.platform import resolve_device
-from bgp4.settings import RefineSettings, SampleSettings  # noqa: F401 - part of this module's API
+from bgp4.settings import RefineSettings, SampleSettings
+from bgp4.stage import changed, refuse_changes
+
+__all__ = [
+    "REFINED_EXTRAS",
+    "SAMPLE_EXTRAS",
+    "RefineSettings",
+    "SampleSettings",
+    "default_samples_path",
+    "latent_batches",
+    "refine_run",
+    "refined_path",
+    "sample_run",
+]
 
 SAMPLE_EXTRAS = ("log_q", "log_w", "finite", "in_domain")
 #: Refined files also hold each sample's SMC lineage (the starting sample it descends from).
@@ -31,6 +44,12 @@ REFINED_EXTRAS = SAMPLE_EXTRAS + ("ancestor",)
 
 def default_samples_path(run: str | Path) -> Path:
     return Path(run) / "samples.h5"
+
+
+def refined_path(samples_path: str | Path) -> Path:
+    """`RUN/samples.h5` -> `RUN/samples-refined.h5`."""
+    p = Path(samples_path)
+    return p.with_name(p.stem + "-refined" + p.suffix)
 
 
 def latent_batches(bg, s: SampleSettings) -> Iterator[torch.Tensor]:
@@ -43,80 +62,62 @@ def latent_batches(bg, s: SampleSettings) -> Iterator[torch.Tensor]:
         yield bg.sample_latent(min(s.batch, s.n - start), generator=gen).to(bg.device)
 
 
-def sample_run(
-    run_path: str | Path,
-    settings: SampleSettings = SampleSettings(),
-    out: str | Path | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
-    temperature: float | None = None,
-) -> tuple[dict[str, Any], bool]:
-    """Sample a finished training run into `out` (default `<run>/samples.h5`).
+# --------------------------------------------------------------------------- what both stages share
 
-    Returns (summary, newly_sampled). An existing samples file made with the same settings is
-    kept (the stage is complete); one made with other settings needs `overwrite`. The weights
-    use the temperature (K) the run recorded; `temperature` is needed only for a run that
-    recorded none, and must agree with it otherwise.
-    """
-    from tqdm.auto import tqdm
 
-    from bgp4.generator.model import load_generator
-    from bgp4.simulation.data import read_settings, resolve_temperature, write_trajectory
-    from bgp4.simulation.energy import OpenMMEnergy
-
-    s = settings.validated()
+def _request(
+    kind: str, run_path: str | Path, s: SampleSettings, refine: RefineSettings | None = None
+) -> tuple[RunDirectory, dict[str, Any]]:
+    """The finished training run and the settings record of a request to sample it (or refine its
+    samples); InputError when the run is not finished."""
     run = RunDirectory(run_path)
     train_settings = run.settings()
     if not run.complete:
         raise InputError(f"{run.path} holds no finished training run; run `bgp4 train` first")
-    out = Path(out) if out is not None else default_samples_path(run.path)
-    record = {"kind": "samples", "run": str(run.path.resolve()), "model": train_settings["model"], **asdict(s)}
-    record.pop("workers")
-    if out.exists() and not overwrite:
-        stored = read_settings(out)
-        if {k: stored.get(k) for k in record} == record:
-            return json.loads(stored.get("summary", "{}")), False
-        raise InputError(f"{out} exists with other settings; pass --overwrite to replace it")
+    record = {"kind": kind, "run": str(run.path.resolve()), "model": train_settings["model"], **asdict(s)}
+    record.update({f"refine_{k}": v for k, v in (asdict(refine) if refine else {}).items()})
+    record.pop("workers")  # how the energies are computed, not what they are
+    return run, record
 
-    device = resolve_device(s.device)
-    bg = load_generator(run.file(MODEL), map_location=device).to(device).eval()
-    complete = json.loads(run.file("complete.json").read_text())
+
+def _kept(out: Path, record: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
+    """The summary of `out` when it is a finished output of `record` (the stage is complete);
+    None when there is none or it is to be overwritten. InputError when it has other settings."""
+    from bgp4.simulation.data import read_settings
+
+    if overwrite or not out.exists():
+        return None
+    stored = read_settings(out)  # the file is written in one atomic step: it is its own marker
+    differ = changed(stored, record, keys=record)
+    refuse_changes(f"{out} exists", differ, "pass overwrite=True (--overwrite) to replace it")
+    return json.loads(stored.get("summary", "{}"))
+
+
+@dataclass
+class _Source:
+    """A finished run's generator (frozen, on its device) with what its weights need."""
+
+    bg: Any
+    molecule: Any
+    temperature: float  # K
+    kT: float  # kJ/mol
+    complete: dict[str, Any]  # the run's completion record
+
+
+def _load(run: RunDirectory, device: str, temperature: float | None = None) -> _Source:
+    """Load the run's generator; the temperature (K) is the one the run recorded, `temperature`
+    only for a run that recorded none (InputError when they disagree)."""
+    from bgp4.generator.model import load_generator
+    from bgp4.simulation.data import resolve_temperature
+
+    where = resolve_device(device)
+    bg = load_generator(run.file(MODEL), map_location=where).to(where).eval()
+    for p in bg.parameters():
+        p.requires_grad_(False)  # gradients are wanted in z only (refinement), or not at all
+    complete = run.completion()
     molecule = bg.molecule()
-    temperature = resolve_temperature(complete.get("temperature"), temperature, run.file("complete.json"))
-    kT = molecule.kT(temperature)
-    latents = latent_batches(bg, s)
-    chunks: list[dict[str, np.ndarray]] = []
-    extras: dict[str, list[np.ndarray]] = {k: [] for k in SAMPLE_EXTRAS}
-    energies: list[np.ndarray] = []  # kJ/mol, float64 (the file keeps float32)
-    with (
-        OpenMMEnergy(molecule.system, temperature, n_workers=s.workers or None) as energy,
-        tqdm(total=s.n, desc="sample", unit="sample", disable=not progress) as bar,
-    ):
-        done = 0
-        while done < s.n:
-            b = min(s.batch, s.n - done)
-            with torch.no_grad():
-                x, log_q, ok, _ = bg.generate(next(latents))
-            x = x.detach().cpu().double().numpy().reshape(b, molecule.n_atoms, 3)
-            log_q = log_q.detach().cpu().double().numpy()
-            ok = ok.detach().cpu().numpy().astype(bool)
-            e = energy.energies_kjmol(x)
-            finite = np.isfinite(e) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
-            log_w = np.where(finite & ok, -e / kT - log_q, -np.inf)
-            chunks.append({"coordinates": x.astype(np.float32), "potentialEnergy": e.astype(np.float32)})
-            energies.append(e)
-            for name, values in zip(SAMPLE_EXTRAS, (log_q, log_w, finite, ok)):
-                extras[name].append(values)
-            done += b
-            bar.update(b)
-    joined = {k: np.concatenate(v) for k, v in extras.items()}
-    summary = _summary(np.concatenate(energies) / kT, joined, complete.get("weights_defined", False))
-    record["summary"] = json.dumps(summary)
-    record["temperature"] = temperature
-    record["molecule"] = molecule.name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_trajectory(out, molecule.topology, iter(chunks), record, extras=joined)
-    return summary, True
+    temperature = resolve_temperature(complete.get("temperature"), temperature, run.file(COMPLETE))
+    return _Source(bg, molecule, temperature, molecule.kT(temperature), complete)
 
 
 def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool) -> dict[str, Any]:
@@ -134,21 +135,85 @@ def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool
     }
 
 
+def _write(out: Path, src: _Source, chunks: Iterator[dict[str, np.ndarray]], record: dict[str, Any], extras) -> None:
+    """The samples file: frames (nm, kJ/mol), the per-sample `extras`, the settings record last."""
+    from bgp4.simulation.data import write_trajectory
+
+    record.update(temperature=src.temperature, molecule=src.molecule.name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_trajectory(out, src.molecule.topology, chunks, record, extras=extras)
+
+
+# --------------------------------------------------------------------------- raw samples
+
+
+def sample_run(
+    run_path: str | Path,
+    settings: SampleSettings = SampleSettings(),
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    temperature: float | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Sample a finished training run into `out` (default `<run>/samples.h5`).
+
+    Returns (summary, newly_sampled). An existing samples file made with the same settings is
+    kept (the stage is complete); one made with other settings needs `overwrite`. The weights
+    use the temperature (K) the run recorded; `temperature` is needed only for a run that
+    recorded none, and must agree with it otherwise.
+    """
+    s = settings.validated()
+    run, record = _request("samples", run_path, s)
+    out = Path(out) if out is not None else default_samples_path(run.path)
+    kept = _kept(out, record, overwrite)
+    if kept is not None:
+        return kept, False
+    src = _load(run, s.device, temperature)
+    chunks, u, extras = _draw(src, s, progress)
+    summary = _summary(u, extras, src.complete.get("weights_defined", False))
+    record["summary"] = json.dumps(summary)
+    _write(out, src, iter(chunks), record, extras)
+    return summary, True
+
+
+def _draw(
+    src: _Source, s: SampleSettings, progress: bool
+) -> tuple[list[dict[str, np.ndarray]], np.ndarray, dict[str, np.ndarray]]:
+    """Draw s.n samples batch by batch: (frame chunks for the file, u (n,) in kT, per-sample extras)."""
+    from tqdm.auto import tqdm
+
+    from bgp4.simulation.energy import OpenMMEnergy
+
+    bg, molecule = src.bg, src.molecule
+    latents = latent_batches(bg, s)
+    chunks: list[dict[str, np.ndarray]] = []
+    extras: dict[str, list[np.ndarray]] = {k: [] for k in SAMPLE_EXTRAS}
+    energies: list[np.ndarray] = []  # kJ/mol, float64 (the file keeps float32)
+    with (
+        OpenMMEnergy(molecule.system, src.temperature, n_workers=s.workers or None) as energy,
+        tqdm(total=s.n, desc="sample", unit="sample", disable=not progress) as bar,
+    ):
+        done = 0
+        while done < s.n:
+            b = min(s.batch, s.n - done)
+            with torch.no_grad():
+                x, log_q, ok, _ = bg.generate(next(latents))
+            x = x.detach().cpu().double().numpy().reshape(b, molecule.n_atoms, 3)
+            log_q = log_q.detach().cpu().double().numpy()
+            ok = ok.detach().cpu().numpy().astype(bool)
+            e = energy.energies_kjmol(x)
+            finite = np.isfinite(e) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
+            log_w = np.where(finite & ok, -e / src.kT - log_q, -np.inf)
+            chunks.append({"coordinates": x.astype(np.float32), "potentialEnergy": e.astype(np.float32)})
+            energies.append(e)
+            for name, values in zip(SAMPLE_EXTRAS, (log_q, log_w, finite, ok)):
+                extras[name].append(values)
+            done += b
+            bar.update(b)
+    return chunks, np.concatenate(energies) / src.kT, {k: np.concatenate(v) for k, v in extras.items()}
+
+
 # --------------------------------------------------------------------------- refinement (AIS)
-
-
-def refined_path(samples_path: str | Path) -> Path:
-    """`RUN/samples.h5` -> `RUN/samples-refined.h5`."""
-    p = Path(samples_path)
-    return p.with_name(p.stem + "-refined" + p.suffix)
-
-
-def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as f:  # a file object: np.savez would append .npz to a name
-            np.savez(f, **arrays)
-
-    atomic_write(path, write)  # a kill never leaves half a state file
 
 
 def refine_run(
@@ -159,163 +224,132 @@ def refine_run(
     overwrite: bool = False,
     progress: bool = True,
 ) -> tuple[dict[str, Any], bool]:
-    """Refine the raw samples of `sample_run` (same n, batch, seed: the same prior draws) by AIS.
+    """Refine the raw samples of `sample_run` (same n, batch, seed: the same prior draws) by AIS
+    (`bgp4.generator.refine.anneal_batches`).
 
     Writes `<samples>-refined.h5` (same format; log_w the AIS weights; settings hold betas, step
     sizes, acceptance per level of the MALA/HMC and of the independence moves, and energy
-    evaluations). Each batch's chains are saved after every
-    level under `<samples>-refined.state/`, so a killed run resumes losing at most one level.
+    evaluations). Each batch's chains are saved after every level under
+    `<samples>-refined.state/`, so a killed run resumes losing at most one level.
     Returns (summary, newly_refined).
     """
-    import shutil
-    import time
-
     from tqdm.auto import tqdm
 
-    from bgp4.generator.model import load_generator
-    from bgp4.generator.refine import Chains, GeneratorTarget, run_levels, schedule, start, tune_step_sizes
-    from bgp4.simulation.data import read_settings, resolve_temperature, write_trajectory
+    from bgp4.generator.refine import ChainStore, GeneratorTarget, anneal_batches
     from bgp4.simulation.energy import OpenMMEnergy
 
     s, r = settings.validated(), refine.validated()
-    run = RunDirectory(run_path)
-    train_settings = run.settings()
-    if not run.complete:
-        raise InputError(f"{run.path} holds no finished training run; run `bgp4 train` first")
+    run, record = _request("refined-samples", run_path, s, r)
     out = refined_path(out if out is not None else default_samples_path(run.path))
-    record = {
-        "kind": "refined-samples",
-        "run": str(run.path.resolve()),
-        "model": train_settings["model"],
-        **asdict(s),
-        **{f"refine_{k}": v for k, v in asdict(r).items()},
-    }
-    record.pop("workers")
-    state_dir = out.with_name(out.stem + ".state")
-    if out.exists() and not overwrite:
-        stored = read_settings(out)
-        if {k: stored.get(k) for k in record} == record:
-            return json.loads(stored.get("summary", "{}")), False
-        raise InputError(f"{out} exists with other settings; pass --overwrite to replace it")
-    plan_file = state_dir / "plan.json"
-    if plan_file.exists() and json.loads(plan_file.read_text())["record"] != record:
-        if not overwrite:
-            raise InputError(f"{state_dir} holds a partial refinement with other settings; pass --overwrite")
-        shutil.rmtree(state_dir)
-
+    kept = _kept(out, record, overwrite)
+    if kept is not None:
+        return kept, False
+    store = ChainStore(out.with_name(out.stem + ".state"))
+    differ = store.changes(record) or []
+    if differ and overwrite:
+        store.clear()
+    refuse_changes(
+        f"{store.path} holds a partial refinement", [] if overwrite else differ, "pass overwrite=True (--overwrite)"
+    )
     started = time.perf_counter()
-    device = resolve_device(s.device)
-    bg = load_generator(run.file(MODEL), map_location=device).to(device).eval()
-    for p in bg.parameters():
-        p.requires_grad_(False)  # gradients are wanted in z only
-    complete = json.loads(run.file("complete.json").read_text())
-    molecule = bg.molecule()
-    temperature = resolve_temperature(complete.get("temperature"), None, run.file("complete.json"))
-    kT = molecule.kT(temperature)
-    betas = schedule(r.levels, r.power)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    results: list[Chains] = []
-    with OpenMMEnergy(molecule.system, temperature, n_workers=s.workers or None) as energy:
-        target = GeneratorTarget(bg, energy)
-        if plan_file.exists():
-            plan = json.loads(plan_file.read_text())
-        else:
-            sizes, pilot_evals = tune_step_sizes(
-                target, betas, r.steps, r.leapfrog, n=min(r.pilot, s.n), seed=s.seed + 1, independence=r.independence
-            )
-            plan = {"record": record, "step_sizes": sizes.tolist(), "pilot_evals": pilot_evals}
-            atomic_write(plan_file, json.dumps(plan))
-        sizes = np.asarray(plan["step_sizes"], dtype=np.float64)
-        batches = list(latent_batches(bg, s))
+    src = _load(run, s.device)
+    with OpenMMEnergy(src.molecule.system, src.temperature, n_workers=s.workers or None) as energy:
+        target = GeneratorTarget(src.bg, energy)
+        plan = _plan(store, record, target, s, r)
+        batches = list(latent_batches(src.bg, s))
         per_batch = max(r.levels, 1)
         with tqdm(
             total=len(batches) * per_batch, desc=f"refine K={r.levels}", unit="level", disable=not progress
         ) as bar:
-            for i, z0 in enumerate(batches):
-                path = state_dir / f"batch-{i:05d}.npz"
-                gen = torch.Generator()
-                if path.exists():
-                    state = dict(np.load(path))
-                    chains = Chains.from_state(state, device)
-                    gen.set_state(torch.from_numpy(state["rng"]))
-                else:
-                    gen.manual_seed(int(np.random.SeedSequence([s.seed, i]).generate_state(1)[0]))
-                    chains = start(target, z0, r.levels, r.steps)
 
-                def save(c: Chains, i: int = i, path: Path = path, gen: torch.Generator = gen) -> None:
-                    _save_npz(path, {**c.state_dict(), "rng": gen.get_state().numpy()})
-                    bar.n = i * per_batch + (c.level if r.levels else int(c.finished))
-                    bar.refresh()
+            def advance(i: int, c) -> None:
+                bar.n = i * per_batch + (c.level if r.levels else int(c.finished))
+                bar.refresh()
 
-                if not chains.finished:
-                    run_levels(
-                        target,
-                        chains,
-                        betas,
-                        sizes,
-                        r.steps,
-                        r.leapfrog,
-                        gen,
-                        r.resample_ess,
-                        on_level=save,
-                        independence=r.independence,
-                    )
-                save(chains)
-                results.append(chains)
+            results = anneal_batches(
+                target, plan, batches, s.seed, r.steps, r.leapfrog, r.resample_ess, r.independence, store, advance
+            )
+    summary = _write_refined(out, src, results, plan, record, s, r, started)
+    store.clear()
+    return summary, True
 
-    z = torch.cat([c.z for c in results])
+
+def _plan(store, record: dict[str, Any], target, s: SampleSettings, r: RefineSettings):
+    """The partial refinement's plan, or a new one (pilot of min(pilot, n) samples) saved first."""
+    from bgp4.generator.refine import AnnealPlan, plan_annealing, schedule
+
+    saved = store.plan()
+    if saved is None:
+        new = plan_annealing(target, r.levels, r.steps, r.leapfrog, r.power, min(r.pilot, s.n), s.seed, r.independence)
+        store.save_plan(record, new.step_sizes, new.pilot_evals)
+        saved = store.plan()
+    # the sizes as saved (a JSON round trip keeps every bit): a resumed run uses the same numbers
+    sizes = np.asarray(saved["step_sizes"], dtype=np.float64)
+    return AnnealPlan(schedule(r.levels, r.power), sizes, int(saved["pilot_evals"]))
+
+
+def _refined_arrays(src: _Source, results: list) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """x (n, n_atoms, 3) nm, u (n,) kT and the per-sample extras of the finished chains of every batch."""
     with torch.no_grad():
-        x = torch.cat([bg.generate(c.z).x for c in results]).cpu().double().numpy()
+        x = torch.cat([src.bg.generate(c.z).x for c in results]).cpu().double().numpy()
     u = torch.cat([c.aux["u"] for c in results]).cpu().numpy()
     log_q = torch.cat([c.aux["log_q"] for c in results]).cpu().numpy()
     ok = torch.cat([c.aux["ok"] for c in results]).cpu().numpy().astype(bool)
     log_w = torch.cat([c.log_w for c in results]).cpu().numpy()
-    offsets = np.cumsum([0] + [len(c.z) for c in results])  # lineages are numbered across batches
-    ancestor = (
-        np.concatenate([c.ancestor.cpu().numpy() + o for c, o in zip(results, offsets)])
-        if all(c.ancestor is not None for c in results)
-        else None
-    )
-    e = u * kT
-    finite = np.isfinite(e) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
+    finite = np.isfinite(u * src.kT) & np.isfinite(x).all(axis=(1, 2)) & np.isfinite(log_q)
     extras = {"log_q": log_q, "log_w": np.where(finite & ok, log_w, -np.inf), "finite": finite, "in_domain": ok}
-    if ancestor is not None:
-        extras["ancestor"] = ancestor
-    n_evals = int(sum(c.n_evals for c in results)) + int(plan["pilot_evals"])
+    if all(c.ancestor is not None for c in results):
+        offsets = np.cumsum([0] + [len(c.z) for c in results])  # lineages are numbered across batches
+        extras["ancestor"] = np.concatenate([c.ancestor.cpu().numpy() + o for c, o in zip(results, offsets)])
+    return x, u, extras
+
+
+def _write_refined(
+    out: Path,
+    src: _Source,
+    results: list,
+    plan,
+    record: dict[str, Any],
+    s: SampleSettings,
+    r: RefineSettings,
+    started: float,
+) -> dict[str, Any]:
+    """Write the refined samples file (its settings: the plan, acceptance, costs); returns its summary."""
+    x, u, extras = _refined_arrays(src, results)
+    n_evals = int(sum(c.n_evals for c in results)) + int(plan.pilot_evals)
     acceptance, jumps = (_per_level(results, a, r.levels) for a in ("acceptance", "independence_acceptance"))
-    summary = _summary(u, extras, complete.get("weights_defined", False))
+    summary = _summary(u, extras, src.complete.get("weights_defined", False))
     summary.update(
         energy_evals=n_evals,
         evals_per_sample=n_evals / s.n,
         levels=r.levels,
         final_independence_acceptance=float(jumps[-1]) if len(jumps) and np.isfinite(jumps[-1]) else None,
     )
-    if ancestor is not None and summary.get("reverse_ess") is not None:  # copies of one lineage count once
+    if "ancestor" in extras and summary.get("reverse_ess") is not None:  # copies of one lineage count once
         from bgp4.analysis.weights import lineage_ess
 
+        ancestor = extras["ancestor"]
         summary.update(lineage_ess=lineage_ess(extras["log_w"], ancestor), lineages=int(np.unique(ancestor).size))
     record.update(
         summary=json.dumps(summary),
-        temperature=temperature,
-        betas=betas.tolist(),
-        step_sizes=sizes.tolist(),
+        betas=plan.betas.tolist(),
+        step_sizes=plan.step_sizes.tolist(),
         acceptance=[float(a) for a in acceptance],
         independence_acceptance=[float(a) for a in jumps],
         energy_evals=n_evals,
         evals_per_sample=n_evals / s.n,
-        pilot_evals=int(plan["pilot_evals"]),
+        pilot_evals=int(plan.pilot_evals),
         resampled_levels=int(sum(c.resampled.sum() for c in results)),
         wall_s=time.perf_counter() - started,
-        latent_dims=int(z.shape[1]),
-        molecule=molecule.name,
+        latent_dims=int(results[0].z.shape[1]),
     )
+    e = u * src.kT
     chunks = (
         {"coordinates": x[i : i + s.batch].astype(np.float32), "potentialEnergy": e[i : i + s.batch].astype(np.float32)}
         for i in range(0, s.n, s.batch)
     )
-    write_trajectory(out, molecule.topology, chunks, record, extras=extras)
-    shutil.rmtree(state_dir)
-    return summary, True
+    _write(out, src, chunks, record, extras)
+    return summary
 
 
 def _per_level(results: list, name: str, levels: int) -> np.ndarray:

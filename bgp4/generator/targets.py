@@ -19,8 +19,8 @@ __all__ = ["Evaluation", "FunctionTarget", "GeneratorTarget", "Target"]
 class Evaluation(NamedTuple):
     """Base log density and raw log weight at z (B,), float64, and their gradients (B, d) in z's dtype.
 
-    log_ratio is -inf (and grad_ratio 0) where the target cannot be evaluated; aux holds per-sample
-    values a target wants carried along (e.g. u in kT, log q, in-domain flags).
+    log_ratio is -inf (and grad_ratio 0) where the target cannot be evaluated (nan or +inf); aux
+    holds per-sample values a target wants carried along (e.g. u in kT, log q, in-domain flags).
     """
 
     log_base: torch.Tensor
@@ -47,7 +47,9 @@ def _with_grads(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad
     with torch.set_grad_enabled(grad):
         lb = log_base_fn(zb)
         r, aux = ratio_fn(zb)
-        r = torch.where(torch.isnan(r), torch.full_like(r, -math.inf), r)
+        # nan or +inf (an energy of -inf, a log q of -inf) is a failed evaluation: weight zero, as
+        # with gradients below, never a weight that takes all the others' (bgp4.analysis.weights)
+        r = torch.where(torch.isnan(r) | torch.isposinf(r), torch.full_like(r, -math.inf), r)
         valid = torch.isfinite(r)
         gb = gr = None
         if grad:
