@@ -27,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bgp4.analysis.weights import lineage_ess, reverse_ess_interval  # noqa: E402
+from bgp4.analysis.weights import lineage_ess, reverse_ess, reverse_ess_interval  # noqa: E402
 from bgp4.generator.model import load_generator  # noqa: E402
-from bgp4.generator.refine import GeneratorTarget, kish_ess, run_levels, schedule, start, tune_step_sizes  # noqa: E402
+from bgp4.generator.refine import GeneratorTarget, run_levels, schedule, start, tune_step_sizes  # noqa: E402
 from bgp4.settings import RefineSettings  # noqa: E402
 from bgp4.simulation.energy import OpenMMEnergy  # noqa: E402
 
@@ -114,7 +114,7 @@ def main() -> None:
                 f"  evals_per_s: {(chains.n_evals - args.n) / max(t3 - t2, 1e-9):.0f}"
                 f"  acceptance: {np.nanmean(chains.acceptance) if levels and args.steps else float('nan'):.2f}"
                 f"  independence_acceptance: {_first_last(chains.independence_acceptance)}"
-                f"  ess_raw: {kish_ess(raw):.4f} {_interval(raw)}  ess_refined: {kish_ess(chains.log_w):.4f}"
+                f"  ess_raw: {reverse_ess(raw.cpu()):.4f} {_interval(raw)}  ess_refined: {reverse_ess(chains.log_w.cpu()):.4f}"
                 f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
                 f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}"
                 f"  lineage_ess: {lineage_ess(chains.log_w.cpu().numpy(), chains.ancestor.cpu().numpy()):.4f}"
