@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import numpy as np
 import openmm
 import pytest
 
-from bgp4.errors import InputError
+from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation.data import load_trajectory, read_settings
 from bgp4.simulation.md import STATE_FILE, MDSettings, simulate
 
@@ -68,10 +69,81 @@ def test_same_seed_same_frames(tmp_path):
     assert np.array_equal(load_trajectory(a).xyz, load_trajectory(b).xyz)
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bgp4.cli", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+def test_script_without_main_guard_simulates(tmp_path):
+    """Replicas are `python -m` processes, so a plain script may call simulate at top level."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from bgp4.simulation.md import MDSettings, simulate\n"
+        "simulate('s.h5', MDSettings(frames=60, equilibration_ps=0.1, replicas=2, seed=3), progress=False)\n"
+        "print('script ran')\n"
     )
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("script ran") == 1  # the replicas did not run the script again
+    assert load_trajectory(tmp_path / "s.h5").n_frames == 60
+
+
+def test_failed_replica_is_one_clear_error_and_a_rerun_resumes(tmp_path):
+    out, work = tmp_path / "f.h5", tmp_path / "f.h5.partial"
+    settings = MDSettings(frames=40, equilibration_ps=0.1, replicas=2, seed=3)
+    (work / "replica-1.frames").mkdir(parents=True)  # replica 1 cannot open its records
+    with pytest.raises(Bgp4Error, match=r"^MD replica 1 failed: IsADirectoryError.*rerun to resume$") as error:
+        simulate(out, settings, progress=False)
+    assert "replica 0" not in str(error.value)
+    assert "Traceback" in (work / "replica-1.error.txt").read_text()
+    (work / "replica-1.frames").rmdir()
+    assert load_trajectory(simulate(out, settings, progress=False)).n_frames == 40
+    assert not work.exists()
+
+
+def _cli(*args: str, cwd: Path, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bgp4.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def _stat(pid: int | str) -> list[str]:
+    """Fields of /proc/PID/stat after the command name: state, parent pid, ...; [] once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    return _stat(pid)[:1] not in ([], ["Z"])  # a zombie has exited: it waits for a parent to reap it
+
+
+def _children(pid: int) -> set[int]:
+    """Live child processes of `pid` (Linux /proc)."""
+    return {
+        int(p.name) for p in Path("/proc").glob("[0-9]*") if _stat(p.name)[1:2] == [str(pid)] and _alive(int(p.name))
+    }
+
+
+def _wait_for_frames(work: Path, replicas: int, frames: int) -> None:
+    """Until every replica has committed `frames` (two minutes at most)."""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        states = [work / STATE_FILE.format(r) for r in range(replicas)]
+        if all(s.exists() and json.loads(s.read_bytes().partition(b"\n")[0])["frames"] >= frames for s in states):
+            return
+        time.sleep(0.05)
+
+
+def _gone(pids: set[int]) -> bool:
+    """Whether none of `pids` lives on (waiting up to 30 s for them to exit)."""
+    deadline = time.time() + 30
+    while time.time() < deadline and any(map(_alive, pids)):
+        time.sleep(0.05)
+    return not any(map(_alive, pids))
 
 
 @pytest.mark.slow
@@ -79,15 +151,12 @@ def test_resume_after_sigkill_gives_exact_frames(tmp_path):
     out = tmp_path / "run.h5"
     args = ("simulate", "--out", str(out), "--frames", "30000", "--replicas", "2", "--equilibration-ps", "1", "--quiet")
     proc = _cli(*args, cwd=tmp_path)
-    state = tmp_path / "run.h5.partial" / STATE_FILE.format(0)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if state.exists() and json.loads(state.read_bytes().partition(b"\n")[0])["frames"] >= 2000:
-            break
-        time.sleep(0.05)
+    _wait_for_frames(tmp_path / "run.h5.partial", 1, 2000)
+    replicas = _children(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not out.exists()
+    assert len(replicas) == 2 and _gone(replicas)  # the replicas died with their parent
     finished = _cli(*args, cwd=tmp_path)
     _, err = finished.communicate(timeout=300)
     assert finished.returncode == 0, err
@@ -96,6 +165,30 @@ def test_resume_after_sigkill_gives_exact_frames(tmp_path):
     assert np.bincount(data.extras["replica"]).tolist() == [15000, 15000]
     assert np.unique(data.xyz.reshape(30000, -1), axis=0).shape[0] == 30000
     assert not (tmp_path / "run.h5.partial").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_replicas_and_a_rerun_resumes(tmp_path):
+    out = tmp_path / "run.h5"
+    args = ("simulate", "--out", str(out), "--frames", "20000", "--replicas", "2", "--equilibration-ps", "1", "--quiet")
+    # Ctrl-C in a terminal signals the whole process group; SIGINT as Python installs it, even
+    # when the tests themselves run with it ignored (a background job).
+    proc = _cli(
+        *args, cwd=tmp_path, start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    )
+    _wait_for_frames(tmp_path / "run.h5.partial", 2, 2000)
+    replicas = _children(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "rerun the same command to resume" in err and len(err.strip().splitlines()) == 1
+    assert len(replicas) == 2 and _gone(replicas)
+    assert not out.exists()
+    finished = _cli(*args, cwd=tmp_path)
+    _, err = finished.communicate(timeout=300)
+    assert finished.returncode == 0, err
+    data = load_trajectory(out, 22, extras=("replica",))
+    assert np.bincount(data.extras["replica"]).tolist() == [10000, 10000]
+    assert np.unique(data.xyz.reshape(20000, -1), axis=0).shape[0] == 20000
 
 
 def test_partial_run_with_other_settings_is_refused(tmp_path):
