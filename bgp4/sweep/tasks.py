@@ -220,8 +220,8 @@ _SIMULATE_CHILD = (
 
 
 def simulate_task(data: str, md: dict[str, Any]) -> str:
-    """Simulate the MD data file. `bgp4 simulate` runs as a child process: its replica processes
-    could not start inside a Dask worker, which is a daemonic process."""
+    """Simulate the MD data file. `bgp4 simulate` runs as a child process of the worker, which takes
+    the replica processes along when the worker dies, and stops them on Ctrl-C as in a terminal."""
     import subprocess
 
     out = Path(data)
