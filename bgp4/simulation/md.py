@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.stage import Stage, changed, refuse_changes
 
 CHECKPOINT_EVERY = 2000  # frames between checkpoints: ~1.5 s of MD, a negligible cost
 PROGRESS_EVERY = 250  # frames between progress messages to the parent
@@ -53,21 +53,21 @@ class MDSettings:
         from bgp4.platform import resolve_platform
 
         if self.frames < 1:
-            raise InputError(f"--frames must be at least 1, got {self.frames}")
+            raise InputError(f"frames (--frames) must be at least 1, got {self.frames}")
         if not self.temperature > 0:
-            raise InputError(f"--temperature must be positive (K), got {self.temperature}")
+            raise InputError(f"temperature (--temperature) must be positive (K), got {self.temperature}")
         if not self.timestep_fs > 0:
-            raise InputError(f"--timestep-fs must be positive, got {self.timestep_fs}")
+            raise InputError(f"timestep_fs (--timestep-fs) must be positive, got {self.timestep_fs}")
         if self.save_every < 1:
-            raise InputError(f"--save-every must be at least 1 step, got {self.save_every}")
+            raise InputError(f"save_every (--save-every) must be at least 1 step, got {self.save_every}")
         if self.friction < 0:
-            raise InputError(f"--friction must be >= 0 (1/ps), got {self.friction}")
+            raise InputError(f"friction (--friction) must be >= 0 (1/ps), got {self.friction}")
         if self.equilibration_ps < 0:
-            raise InputError(f"--equilibration-ps must be >= 0, got {self.equilibration_ps}")
+            raise InputError(f"equilibration_ps (--equilibration-ps) must be >= 0, got {self.equilibration_ps}")
         if self.replicas < 0:
-            raise InputError(f"--replicas must be >= 1, got {self.replicas}")
+            raise InputError(f"replicas (--replicas) must be >= 1, got {self.replicas}")
         if self.seed < 0:
-            raise InputError(f"--seed must be >= 0, got {self.seed}")
+            raise InputError(f"seed (--seed) must be >= 0, got {self.seed}")
         from bgp4.simulation.molecule import molecule_name
 
         molecule = molecule_name(self.molecule)
@@ -191,14 +191,17 @@ def _settings_record(s: MDSettings) -> dict:
 
 
 def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
-    """Settings of `s` that `stored` (a settings record) does not share. With `auto_replicas` (the
-    user asked for one replica per core) any replica count matches: it follows the machine's cores."""
+    """Settings of `s` that `stored` (a settings record) does not share (`bgp4.stage.changed`). With
+    `auto_replicas` (the user asked for one replica per core) any replica count matches: it follows
+    the machine's cores."""
     from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
+    request = asdict(s)
     old = {"molecule": DEFAULT_MOLECULE}  # files written before the molecule was recorded
-    return [
-        k for k, v in asdict(s).items() if stored.get(k, old.get(k)) != v and not (k == "replicas" and auto_replicas)
-    ]
+    return changed(stored, request, keys=request, neutral=("replicas",) if auto_replicas else (), defaults=old)
+
+
+_REPLACE = "pass overwrite=True (--overwrite) to replace it, or choose another output (another --out)"
 
 
 def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bool:
@@ -218,15 +221,8 @@ def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bo
     except (OSError, RuntimeError, ValueError):  # not HDF5 (tables raises HDF5ExtError), or bad JSON
         stored = {}
     if stored.get("kind") != "md":
-        raise InputError(
-            f"{out} exists and is no `bgp4 simulate` output; pass --overwrite to replace it, or use another --out"
-        )
-    differ = _differing(stored, s, auto_replicas=settings.replicas == 0)
-    if differ:
-        raise InputError(
-            f"{out} holds MD with other settings ({', '.join(differ)}); "
-            "pass --overwrite to replace it, or use another --out"
-        )
+        raise InputError(f"{out} exists and is no `bgp4 simulate` output; {_REPLACE}")
+    refuse_changes(f"{out} holds MD", _differing(stored, s, auto_replicas=settings.replicas == 0), _REPLACE)
     return True
 
 
@@ -242,24 +238,22 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> 
         raise InputError(f"cannot create directory {parent}: {exc.strerror}") from None
     if not os.access(parent, os.W_OK):
         raise InputError(f"cannot write to directory {parent}")
-    work = out.with_name(out.name + ".partial")
-    if overwrite and work.exists():
-        shutil.rmtree(work)
-    settings_path = work / "settings.json"
-    if work.exists() and settings_path.exists():
-        previous = json.loads(settings_path.read_text())
-        keys = _differing(previous, s, auto_replicas)
-        if keys:
-            raise InputError(
-                f"a partial run with other settings ({', '.join(keys)}) exists in {work}; "
-                "rerun with its settings to resume, or pass --overwrite to discard it"
-            )
+    work = Stage(out.with_name(out.name + ".partial"))  # its settings record; the finished file is the marker
+    if overwrite and work.path.exists():
+        shutil.rmtree(work.path)
+    previous = work.recorded()
+    if previous is not None:
+        refuse_changes(
+            f"{work.path} holds a partial run",
+            _differing(previous, s, auto_replicas),
+            "rerun with its settings to resume, or pass overwrite=True (--overwrite) to discard it",
+        )
         if auto_replicas:  # started on a machine with another core count
             s = MDSettings(**(asdict(s) | {"replicas": int(previous["replicas"])}))
-    work.mkdir(exist_ok=True)
-    if not settings_path.exists():
-        atomic_write(settings_path, json.dumps(_settings_record(s), indent=1))
-    return work, s
+    else:
+        work.path.mkdir(exist_ok=True)
+        work.record(_settings_record(s))
+    return work.path, s
 
 
 def simulate(
@@ -314,5 +308,5 @@ def _assemble(out: Path, work: Path, s: MDSettings) -> None:
             }
 
     replica = np.repeat(np.arange(s.replicas, dtype=np.int16), counts)
-    settings = json.loads((work / "settings.json").read_text())
+    settings = Stage(work).recorded()
     write_trajectory(out, molecule.topology, chunks(), settings, extras={"replica": replica})
