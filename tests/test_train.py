@@ -64,15 +64,19 @@ def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
     trainer = Trainer(settings, RunDirectory(tmp_path / "aug"), data)
     plain = Trainer(replace(settings, augment=False), RunDirectory(tmp_path / "plain"), data)
     idx = torch.arange(64)
-    shifts = torch.randint(3, (64, 3), generator=torch.Generator().set_state(trainer.batch_gen.get_state())).numpy()
-    y_aug, ld_aug = trainer._train_batch(idx)
-    y, _ = plain._train_batch(idx)
+    shifts = torch.randint(
+        3, (64, 3), generator=torch.Generator().set_state(trainer.data.batch_gen.get_state())
+    ).numpy()
+    y_aug, ld_aug = trainer.data.batch(idx)
+    y, _ = plain.data.batch(idx)
     # exactly the drawn relabelling of exactly these frames; a frame with all shifts 0 is unchanged
-    expected = plain._flow_coordinates(relabel_rotors(trainer.train_xyz[idx.numpy()], trainer.rotors, shifts))
+    expected = plain.data.flow_coordinates(
+        relabel_rotors(trainer.data.train_xyz[idx.numpy()], trainer.data.rotors, shifts)
+    )
     torch.testing.assert_close(y_aug, expected[0], rtol=0, atol=0)
     torch.testing.assert_close(ld_aug, expected[1], rtol=0, atol=0)
     assert torch.equal((y_aug != y).any(1), torch.as_tensor((shifts != 0).any(1)))
-    assert torch.equal(trainer.test_y[0], plain.test_y[0])  # the test NLL scores frames as simulated
+    assert torch.equal(trainer.data.test_y[0], plain.data.test_y[0])  # the test NLL scores frames as simulated
     summary, trained = train(settings, tmp_path / "run", progress=False)
     assert trained and np.isfinite(summary["test_nll_end"])
     assert json.loads((tmp_path / "run" / "settings.json").read_text())["augment"] is True
@@ -90,17 +94,19 @@ def test_augment_without_interchangeable_hydrogens_is_refused(md_file, tmp_path,
 
 def _killed_at(settings: TrainSettings, out: Path, step: int, monkeypatch) -> None:
     """Train into `out` until `step`, where a simulated kill stops it (checkpoints as written so far)."""
-    original = Trainer._train_step
+    from bgp4.generator.loop import TrainingLoop
+
+    original = TrainingLoop.train_step
 
     def crash(self, energy):
         if self.step == step:
             raise RuntimeError("simulated kill")
         return original(self, energy)
 
-    monkeypatch.setattr(Trainer, "_train_step", crash)
+    monkeypatch.setattr(TrainingLoop, "train_step", crash)
     with pytest.raises(RuntimeError, match="simulated kill"):
         train(settings, out, progress=False)
-    monkeypatch.setattr(Trainer, "_train_step", original)
+    monkeypatch.setattr(TrainingLoop, "train_step", original)
 
 
 def _assert_same_model(a_run: Path, b_run: Path) -> None:
@@ -266,16 +272,16 @@ def test_compiled_likelihood_matches_eager_through_p4inv_merges(md_file, tmp_pat
     trainer = Trainer(settings, run, load_trajectory(settings.data))
     graphs, autograd = counters["stats"]["unique_graphs"], counters["aot_autograd"]["ok"]
     breaks = sum(counters["graph_break"].values())
-    trainer._compile(progress=False)
+    trainer.loop.compile(progress=False)
     # with a compiler at hand compiling must work, and really go through dynamo and AOT autograd
-    assert trainer.compiled, f"torch.compile failed although {_cxx_compiler()} is on PATH"
+    assert trainer.loop.compiled, f"torch.compile failed although {_cxx_compiler()} is on PATH"
     assert counters["stats"]["unique_graphs"] > graphs and counters["aot_autograd"]["ok"] > autograd
     assert sum(counters["graph_break"].values()) == breaks  # no silent fallback to eager inside it
-    y, ld = trainer.train_y[0][:64], trainer.train_y[1][:64]
+    y, ld = trainer.data.train_y[0][:64], trainer.data.train_y[1][:64]
     for _ in range(6):  # three merges: A, A_inv and log|det A| change under the compiled graph
-        trainer._train_step(None)
-        torch.testing.assert_close(trainer.batch_nll(y, ld), trainer._nll(y, ld), rtol=1e-4, atol=1e-3)
-    assert trainer.scheduler.stats["accepted"] + trainer.scheduler.stats["forced"] > 0
+        trainer.loop.train_step(None)
+        torch.testing.assert_close(trainer.loop.batch_nll(y, ld), trainer.loop.nll(y, ld), rtol=1e-4, atol=1e-3)
+    assert trainer.loop.scheduler.stats["accepted"] + trainer.loop.scheduler.stats["forced"] > 0
 
 
 def test_failed_compile_falls_back_to_eager(md_file, tmp_path, monkeypatch, capsys):
@@ -292,11 +298,11 @@ def test_failed_compile_falls_back_to_eager(md_file, tmp_path, monkeypatch, caps
     run.path.mkdir()
     settings = TrainSettings(data=str(md_file), model="p4inv", compile="on", **TINY).validated()
     trainer = Trainer(settings, run, load_trajectory(settings.data))
-    trainer._compile(progress=False)
-    assert not trainer.compiled and trainer.batch_nll == trainer._nll
+    trainer.loop.compile(progress=False)
+    assert not trainer.loop.compiled and trainer.loop.batch_nll == trainer.loop.nll
     assert "torch.compile failed (RuntimeError: no C++ compiler found); training without it" in capsys.readouterr().err
     assert all(p.grad is None for p in trainer.bg.parameters())
-    assert trainer._train_step(None) is not None  # eager training goes on
+    assert trainer.loop.train_step(None) is not None  # eager training goes on
 
 
 def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
@@ -306,8 +312,8 @@ def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
     run.path.mkdir()
     settings = TrainSettings(data=str(md_file), model="rnvp", **TINY).validated()
     trainer = Trainer(settings, run, load_trajectory(settings.data))
-    trainer._compile(progress=False)
-    assert not trainer.compiled and trainer.batch_nll == trainer._nll
+    trainer.loop.compile(progress=False)
+    assert not trainer.loop.compiled and trainer.loop.batch_nll == trainer.loop.nll
 
 
 @pytest.mark.slow
@@ -427,13 +433,13 @@ def test_penalty_weight_adds_the_p4inv_bound_penalty(md_file, tmp_path):
 
     trainer = _tiny_trainer(md_file, tmp_path, model="p4inv", penalty_weight=2.0, energy_steps=0)
     assert (
-        trainer.p4inv_layers and float(p4inv_penalty(trainer.p4inv_layers).detach()) == 0.0
+        trainer.loop.p4inv_layers and float(p4inv_penalty(trainer.loop.p4inv_layers).detach()) == 0.0
     )  # inside the bounds at the start
     with torch.no_grad():  # push one layer's log|det A| far above its merge bound
-        layer = trainer.p4inv_layers[0]
+        layer = trainer.loop.p4inv_layers[0]
         layer.logabsdet += 100.0
-    loss, info = trainer._loss(None)
-    plain = trainer.batch_nll(*[t[:1] for t in trainer.train_y])  # any finite reference
+    loss, info = trainer.loop.loss(None)
+    plain = trainer.loop.batch_nll(*[t[:1] for t in trainer.data.train_y])  # any finite reference
     assert info["p4inv_penalty"] > 0 and torch.isfinite(loss) and torch.isfinite(plain).all()
     assert loss.item() == pytest.approx(info["train_nll"] + 2.0 * info["p4inv_penalty"], rel=1e-5)
     with pytest.raises(InputError, match="penalty-weight"):
@@ -455,18 +461,18 @@ def test_non_finite_loss_or_gradient_skips_the_step(md_file, tmp_path):
     trainer = _tiny_trainer(md_file, tmp_path, model="p4inv")
     before = {k: v.clone() for k, v in trainer.bg.state_dict().items()}
     first = next(trainer.bg.parameters())
-    nll = trainer.batch_nll
+    nll = trainer.loop.batch_nll
     # finite loss, NaN gradient: d sqrt(x)/dx at 0 is inf, times 0
-    trainer.batch_nll = lambda y, ld: nll(y, ld) + torch.sqrt(first.sum() * 0.0)
-    assert trainer._train_step(None) is None and trainer.skipped == 1
-    trainer.batch_nll = lambda y, ld: nll(y, ld) + float("inf")  # non-finite loss
-    assert trainer._train_step(None) is None and trainer.skipped == 2
+    trainer.loop.batch_nll = lambda y, ld: nll(y, ld) + torch.sqrt(first.sum() * 0.0)
+    assert trainer.loop.train_step(None) is None and trainer.loop.skipped == 1
+    trainer.loop.batch_nll = lambda y, ld: nll(y, ld) + float("inf")  # non-finite loss
+    assert trainer.loop.train_step(None) is None and trainer.loop.skipped == 2
     after = trainer.bg.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # nothing was applied
-    assert not trainer.optimizer.state and trainer.scheduler.steps == 0  # Adam and P4Inv did not advance
+    assert not trainer.loop.optimizer.state and trainer.loop.scheduler.steps == 0  # Adam and P4Inv did not advance
     assert all(p.grad is None for p in trainer.bg.parameters())
-    trainer.batch_nll = nll
-    assert trainer._train_step(None) is not None and trainer.scheduler.steps == 1
+    trainer.loop.batch_nll = nll
+    assert trainer.loop.train_step(None) is not None and trainer.loop.scheduler.steps == 1
 
 
 def test_training_leaves_the_callers_random_generator_alone(md_file, tmp_path):

@@ -137,8 +137,8 @@ def _train_part(spec: RunSpec, until: int, stop: Callable[[], bool]) -> dict[str
             built = time.perf_counter()
             trainer = prepare_training(TrainSettings(**spec.train), run)
             build = time.perf_counter() - built
-        if isinstance(trainer, dict):  # complete already
-            summary, step = trainer, trainer["steps"]
+        if trainer.complete:  # complete already
+            summary, step = trainer.summary, trainer.step
         else:
             summary = trainer.fit(progress=False, stop=stop, until=until)
             step = trainer.step

@@ -29,14 +29,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         settings = TrainSettings(data=a.data, model=a.model, steps=4000, energy_steps=400, eval_every=500, workers=1)
         trainer = prepare_training(settings, out)
-        trainer._compile(progress=False)
+        trainer.loop.compile(progress=False)
         for threads in (1, 2, 1, 2):
             torch.set_num_threads(threads)
             for _ in range(5):
-                trainer._train_step(None)
+                trainer.loop.train_step(None)
             started = time.perf_counter()
             for _ in range(a.steps):
-                trainer._train_step(None)
+                trainer.loop.train_step(None)
             print(
                 f"{a.model}: {threads} thread(s): {1000 * (time.perf_counter() - started) / a.steps:.1f} ms per step",
                 flush=True,
