@@ -135,17 +135,21 @@ class Stage:
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The log's records in order; a line cut off by a kill is left out."""
-        path = self.file(METRICS)
-        for line in path.read_text().splitlines() if path.exists() else []:
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    continue
+        for line in self._log_lines():
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
 
     def last_step(self, key: str = "global_step") -> int:
         """`key` of the log's last record (0 when there is none, or it has no such key)."""
-        last: dict[str, Any] = {}
-        for last in self.records():  # noqa: B007 - the loop keeps the last one
-            pass
-        return int(last.get(key, 0))
+        for line in reversed(self._log_lines()):  # read from the end: the log is read while it grows
+            try:
+                return int(json.loads(line).get(key, 0))
+            except ValueError:  # a line cut off by a kill
+                continue
+        return 0
+
+    def _log_lines(self) -> list[str]:
+        path = self.file(METRICS)
+        return [line for line in path.read_text().splitlines() if line.strip()] if path.exists() else []

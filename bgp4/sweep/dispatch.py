@@ -1,14 +1,14 @@
 """Handing a sweep's runs to Dask in parts, the run with the most training left first.
 
-A run's training is cut into about PARTS_PER_RUN parts of equal expected cost (`train_task`
-trains to a step and saves a checkpoint), and its last task samples and analyzes it (`finish_task`). The client keeps at most
-as many tasks on the cluster as its workers hold at once (`task_slots`) and gives each free slot to
-the run with the most training left, so that the runs advance together and the workers finish
-together: at the end a worker waits for about one part of one run, where with whole runs it could
-wait for most of a run. A run whose part just ended goes on unless another has more than one part
-more left, which keeps it on the worker that holds it ready (`TrainerCache`). The rest wait here
-rather than on the scheduler, which places the first few tasks it is given at once, in the order
-they arrive, whatever their priority.
+A run's training is cut into about PARTS_PER_RUN parts of equal expected cost (`train_task` trains
+to a step and saves a checkpoint), and its last task samples and analyzes it (`finish_task`). The
+client keeps at most as many tasks on the cluster as its workers hold at once (`task_slots`) and
+gives each free slot to the run with the most training left, so that the runs advance together and
+the workers finish together: at the end a worker waits for about one part of one run, where with
+whole runs it could wait for most of a run. A run whose part just ended goes on unless another has
+more than one part more left, which keeps it on the worker that holds it ready (`TrainerCache`).
+The rest wait here rather than on the scheduler, which places the first few tasks it is given at
+once, in the order they arrive, whatever their priority.
 
     >>> dispatch = Dispatch(client, specs, stop_event)  # doctest: +SKIP
     >>> failures, stopped = dispatch.follow(progress=True, ask_to_stop=lambda: None)  # doctest: +SKIP
@@ -19,11 +19,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from bgp4._stop import StopRequest
 from bgp4.kinds import KINDS, get_kind
+from bgp4.stage import Stage
 from bgp4.sweep.cluster import task_slots
 from bgp4.sweep.spec import RunSpec
 from bgp4.sweep.tasks import finish_task, train_task
@@ -111,15 +111,11 @@ def choose(waiting: list[RunSpec], left: Callable[[RunSpec], int], last: str | N
 def _recorded_step(spec: RunSpec) -> int:
     """The last step in a run's metrics log (0 when none): where its training goes on, give or
     take the steps since its last checkpoint (the part it is handed trains on from there)."""
-    import json
+    return Stage(spec.path).last_step()
 
-    path = Path(spec.path) / "metrics.jsonl"
-    for line in reversed(path.read_text().splitlines() if path.exists() else []):
-        try:
-            return int(json.loads(line).get("global_step", 0))
-        except ValueError:  # a line cut off by a killed run
-            continue
-    return 0
+
+def _total_steps(spec: RunSpec) -> int:
+    return spec.train["steps"] + spec.train["energy_steps"]
 
 
 class Dispatch:
@@ -130,7 +126,7 @@ class Dispatch:
         self.gpus = specs[0].gpus if specs else 0.0
         self.resources = {"GPU": self.gpus} if self.gpus > 0 else None
         self.step = {s.name: _recorded_step(s) for s in specs}
-        self.trained = {s.name: (Path(s.path) / "complete.json").exists() for s in specs}
+        self.trained = {s.name: Stage(s.path).complete for s in specs}
         self.waiting: list[RunSpec] = list(specs)
         self.running: dict[Any, RunSpec] = {}
         self.last: str | None = None
@@ -189,7 +185,7 @@ class Dispatch:
                         spec = self.running.pop(future)
                         bar.update(self._settle(future, spec, failures, stopped, bar.write))
                     steps = ", ".join(
-                        f"{s.name} {max(self.step[s.name], _recorded_step(s))}/{s.train['steps'] + s.train['energy_steps']}"
+                        f"{s.name} {max(self.step[s.name], _recorded_step(s))}/{_total_steps(s)}"
                         for s in list(self.running.values())[:4]
                         if not self.trained[s.name]
                     )

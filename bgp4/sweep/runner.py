@@ -6,10 +6,12 @@ directory with `samples.h5`, its own `report/` from `bgp4 analyze`, `log.txt` an
 and `report/` (the aggregate over seeds, see `bgp4.report.aggregate`).
 
 A run's training is handed to the workers in parts, and a last task samples and analyzes it
-(`bgp4.sweep.dispatch`). Every task resumes from what is on disk, so a task that is run again (a worker
-died, the sweep command was killed) continues where the last copy stopped. A lock file in the run directory (`run.lock`, an OS lock the kernel drops when its
-process dies) keeps two copies of the same task from writing at once: a copy still running on a
-worker the scheduler gave up on is waited for, never raced.
+(`bgp4.sweep.dispatch`). Every task resumes from what is on disk, so a task that is run again (a
+worker died, the sweep command was killed) continues where the last copy stopped. A lock file in
+the run directory (`run.lock`, an OS lock the kernel drops when its process dies) keeps two copies
+of the same task from writing at once: a copy still running on a worker the scheduler gave up on
+is waited for, never raced. A run is finished when its `sweep-done.json` (its stage marker,
+`RunSpec.done`) records the settings it was asked for.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.settings import MODELS, TrainSettings
+from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import local_cluster_size, open_client
 from bgp4.sweep.dispatch import RETRIES, Dispatch
 from bgp4.sweep.spec import DONE_FILE, EXECUTION_ONLY, RunSpec, run_name
@@ -81,41 +85,19 @@ def plan_sweep(
     `by_model` replaces `base` for the models it names (a preset's per-kind sizes); `md` are the
     MD settings used when `data` does not exist yet.
     """
-    if not models:
-        raise InputError("--models needs at least one model")
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        raise InputError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    if len(set(models)) != len(models):
-        raise InputError(f"--models lists a model twice: {','.join(models)}")
-    if n_seeds < 1:
-        raise InputError(f"--seeds must be at least 1, got {n_seeds}")
-    if threads_per_run < 1:
-        raise InputError(f"--threads-per-run must be at least 1, got {threads_per_run}")
-    if gpus_per_run < 0:
-        raise InputError(f"--gpus-per-run must be >= 0, got {gpus_per_run}")
-    if any(s.init for s in [base, *(by_model or {}).values()]):
-        raise InputError("init does not apply to a sweep: each seed starts from its own initialization")
+    _check_sweep(models, n_seeds, threads_per_run, gpus_per_run, [base, *(by_model or {}).values()])
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise InputError(f"sweep directory {out} is a file")
     data = Path(data).expanduser().resolve()
-    md_settings = None
-    if not data.exists():
-        from bgp4.simulation.md import MDSettings
-
-        md_settings = asdict(MDSettings(**(md or {})))
-        MDSettings(**md_settings).resolved()  # bad MD settings fail here, before anything runs
-        if data.suffix != ".h5":
-            raise InputError(f"--data must be an mdtraj HDF5 file ending in .h5, got {data}")
-    elif not data.is_file():
-        raise InputError(f"--data {data} is not a file")
+    md_settings = _md_settings(data, md)
     if base.device == "auto":  # the resource request decides, not whichever device a worker happens to see
         base = dataclasses.replace(base, device="cuda" if gpus_per_run > 0 else "cpu")
     if base.device.startswith("cuda") and gpus_per_run <= 0:
-        raise InputError("--device cuda needs --gpus-per-run > 0 so that runs are placed on GPU workers")
-    from bgp4.settings import SampleSettings
-
+        raise InputError(
+            "device='cuda' (--device cuda) needs gpus_per_run > 0 (--gpus-per-run) so that runs are placed on "
+            "GPU workers"
+        )
     seeds = tuple(range(n_seeds))
     runs = []
     for model in models:
@@ -126,33 +108,73 @@ def plan_sweep(
             settings = dataclasses.replace(
                 own, data=str(data), model=model, seed=seed, workers=own.workers or threads_per_run
             )
-            train = json.loads(json.dumps(asdict(settings.validated())))
-            sample = asdict(
-                SampleSettings(
-                    n=samples, batch=sample_batch, device=settings.device, seed=seed, workers=settings.workers
-                ).validated()
-            )
-            path = out / "runs" / run_name(model, seed)
-            train = _keep_execution_settings(path, train)
-            runs.append(
-                RunSpec(run_name(model, seed), model, seed, str(path), train, sample, threads_per_run, gpus_per_run)
-            )
+            runs.append(_run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run))
     return SweepPlan(out, data, tuple(models), seeds, tuple(runs), md_settings)
+
+
+def _check_sweep(
+    models: list[str], n_seeds: int, threads_per_run: int, gpus_per_run: float, settings: list[TrainSettings]
+) -> None:
+    """Refuse (InputError) models, counts and settings a sweep cannot run."""
+    if not models:
+        raise InputError("models (--models) needs at least one model")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise InputError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    if len(set(models)) != len(models):
+        raise InputError(f"models (--models) lists a model twice: {','.join(models)}")
+    if n_seeds < 1:
+        raise InputError(f"n_seeds (--seeds) must be at least 1, got {n_seeds}")
+    if threads_per_run < 1:
+        raise InputError(f"threads_per_run (--threads-per-run) must be at least 1, got {threads_per_run}")
+    if gpus_per_run < 0:
+        raise InputError(f"gpus_per_run (--gpus-per-run) must be >= 0, got {gpus_per_run}")
+    if any(s.init for s in settings):
+        raise InputError("init does not apply to a sweep: each seed starts from its own initialization")
+
+
+def _md_settings(data: Path, md: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The MD settings (checked) when the data file must be simulated first; None when it exists."""
+    if data.exists():
+        if not data.is_file():
+            raise InputError(f"data {data} (--data) is not a file")
+        return None
+    from bgp4.simulation.md import MDSettings
+
+    settings = asdict(MDSettings(**(md or {})))
+    MDSettings(**settings).resolved()  # bad MD settings fail here, before anything runs
+    if data.suffix != ".h5":
+        raise InputError(f"data (--data) must be an mdtraj HDF5 file ending in .h5, got {data}")
+    return settings
+
+
+def _run_spec(
+    out: Path, settings: TrainSettings, samples: int, sample_batch: int, threads: int, gpus: float
+) -> RunSpec:
+    """The run of one (model, seed) in the sweep directory `out`."""
+    from bgp4.settings import SampleSettings
+
+    train = json.loads(json.dumps(asdict(settings.validated())))
+    sample = asdict(
+        SampleSettings(
+            n=samples, batch=sample_batch, device=settings.device, seed=settings.seed, workers=settings.workers
+        ).validated()
+    )
+    name = run_name(settings.model, settings.seed)
+    path = out / "runs" / name
+    train = _keep_execution_settings(path, train)
+    return RunSpec(name, settings.model, settings.seed, str(path), train, sample, threads, gpus)
 
 
 def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any]:
     """An existing run keeps its execution-only settings; any other difference is refused."""
-    stored_path = path / "settings.json"
-    if not stored_path.exists():
-        return train
-    from bgp4._io import file_fingerprint
     from bgp4.settings import changed_settings
 
-    stored = json.loads(stored_path.read_text())
-    current = {**train, "data_fingerprint": file_fingerprint(train["data"]) if Path(train["data"]).is_file() else None}
-    differ = changed_settings(stored, current)  # the rules `bgp4 train` resumes by
-    if differ:
-        raise InputError(f"{path} holds a run with other settings ({', '.join(differ)}); use another --out")
+    stored = Stage(path).recorded()
+    if stored is None:
+        return train
+    differ = changed_settings(stored, with_fingerprint(train))  # the rules `bgp4 train` resumes by
+    refuse_changes(f"{path} holds a run", differ, "use another sweep directory (--out)")
     return {**train, **{k: stored[k] for k in EXECUTION_ONLY if k in stored}}
 
 
@@ -173,55 +195,77 @@ def run_sweep(
     from bgp4.report.aggregate import write_sweep_report
 
     pending = [r for r in plan.runs if not r.done]
-    failures: dict[str, str] = {}
-    metrics: dict[str, Any] | None = None
     if pending or plan.md is not None:
-        size = 0 if scheduler else local_cluster_size(len(pending), plan.runs[0].threads, plan.runs[0].gpus, workers)
-        with open_client(scheduler, size, plan.runs[0].gpus) as client:  # connect before writing anything
-            plan.out.mkdir(parents=True, exist_ok=True)
-            (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
-            where = (
-                scheduler or f"a local cluster of {size} worker process(es), {plan.runs[0].threads} thread(s) per run"
-            )
-            say(f"{len(pending)} of {len(plan.runs)} runs to do on {where}")
-            if plan.md is not None and not plan.data.exists():  # one task, simulate's own replicas
-                say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
-                client.submit(simulate_task, str(plan.data), plan.md, pure=False, retries=RETRIES).result()
-            # the report's imports load while the runs train (after the workers' own start-up), and
-            # its figures are drawn on the idle workers: both would otherwise add to the idle tail
-            warm = threading.Timer(WARM_UP_AFTER_S, _import_report_modules)
-            warm.daemon = True
-            warm.start()
-            stop_event = f"bgp4-sweep-stop-{uuid.uuid4().hex}"
-            try:
-                failures, stopped = Dispatch(client, pending, stop_event).follow(
-                    progress, partial(_ask_to_stop, client, stop_event)
-                )
-            finally:
-                warm.cancel()
-            if not stopped and len(failures) < len(plan.runs):
-                metrics = write_sweep_report(plan.out, executor=client.get_executor(pure=False))
+        metrics, failures, stopped = _run_on_dask(plan, pending, scheduler, workers, progress, say)
         if stopped:
-            started = sorted(name for name, began in stopped.items() if began)
-            queued = sorted(name for name, began in stopped.items() if not began)
-            say(
-                "stopped"
-                + (f": {', '.join(started)} saved their progress" if started else "")
-                + (f"; not started: {', '.join(queued)}" if queued else "")
-                + "".join(f"; {name} failed ({why})" for name, why in sorted(failures.items()))
-                + "; rerun the same command to resume"
-            )
+            say(_stopped_message(stopped, failures))
             raise KeyboardInterrupt
     else:
         say(f"all {len(plan.runs)} runs are complete")
-        (plan.out / SWEEP_FILE).write_text(json.dumps(plan.record(), indent=1))
-        metrics = write_sweep_report(plan.out)
+        _write_record(plan)
+        metrics, failures = write_sweep_report(plan.out), {}
     if metrics is not None:
         say(f"report in {plan.out / 'report' / 'report.md'}")
     if failures:
         listed = "; ".join(f"{name}: {why}" for name, why in sorted(failures.items()))
         raise Bgp4Error(f"{len(failures)} run(s) failed ({listed}); see their log.txt, rerun to retry")
     return metrics or {}
+
+
+def _write_record(plan: SweepPlan) -> None:
+    atomic_write(plan.out / SWEEP_FILE, json.dumps(plan.record(), indent=1))
+
+
+def _run_on_dask(
+    plan: SweepPlan,
+    pending: list[RunSpec],
+    scheduler: str | None,
+    workers: int | None,
+    progress: bool,
+    say: Callable[[str], None],
+) -> tuple[dict[str, Any] | None, dict[str, str], dict[str, bool]]:
+    """Simulate the data if needed, run `pending` and write the report unless stopped or every run
+    failed: (report metrics or None, failed run -> reason, stopped run -> whether it had started)."""
+    from bgp4.report.aggregate import write_sweep_report
+
+    threads, gpus = plan.runs[0].threads, plan.runs[0].gpus
+    size = 0 if scheduler else local_cluster_size(len(pending), threads, gpus, workers)
+    metrics = None
+    with open_client(scheduler, size, gpus) as client:  # connect before writing anything
+        plan.out.mkdir(parents=True, exist_ok=True)
+        _write_record(plan)
+        where = scheduler or f"a local cluster of {size} worker process(es), {threads} thread(s) per run"
+        say(f"{len(pending)} of {len(plan.runs)} runs to do on {where}")
+        if plan.md is not None and not plan.data.exists():  # one task, simulate's own replicas
+            say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
+            client.submit(simulate_task, str(plan.data), plan.md, pure=False, retries=RETRIES).result()
+        # the report's imports load while the runs train (after the workers' own start-up), and
+        # its figures are drawn on the idle workers: both would otherwise add to the idle tail
+        warm = threading.Timer(WARM_UP_AFTER_S, _import_report_modules)
+        warm.daemon = True
+        warm.start()
+        stop_event = f"bgp4-sweep-stop-{uuid.uuid4().hex}"
+        try:
+            failures, stopped = Dispatch(client, pending, stop_event).follow(
+                progress, partial(_ask_to_stop, client, stop_event)
+            )
+        finally:
+            warm.cancel()
+        if not stopped and len(failures) < len(plan.runs):
+            metrics = write_sweep_report(plan.out, executor=client.get_executor(pure=False))
+    return metrics, failures, stopped
+
+
+def _stopped_message(stopped: dict[str, bool], failures: dict[str, str]) -> str:
+    started = sorted(name for name, began in stopped.items() if began)
+    queued = sorted(name for name, began in stopped.items() if not began)
+    return (
+        "stopped"
+        + (f": {', '.join(started)} saved their progress" if started else "")
+        + (f"; not started: {', '.join(queued)}" if queued else "")
+        + "".join(f"; {name} failed ({why})" for name, why in sorted(failures.items()))
+        + "; rerun the same command to resume"
+    )
 
 
 def _import_report_modules() -> None:

@@ -6,15 +6,14 @@ none of them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from bgp4.stage import Stage, changed
 
 __all__ = [
     "RunSpec",
     "run_name",
-    "without_execution",
     "EXECUTION_ONLY",
     "DONE_FILE",
     "LOG_FILE",
@@ -28,6 +27,8 @@ LOCK_FILE = "run.lock"
 TASKS_FILE = "sweep-tasks.jsonl"
 #: Settings that say how a run is executed, not what it computes: a resumed sweep may change them.
 EXECUTION_ONLY = ("workers",)
+#: The settings a finished run's marker records, one record each.
+PARTS = ("train", "sample")
 
 
 @dataclass(frozen=True)
@@ -45,21 +46,19 @@ class RunSpec:
 
     @property
     def done(self) -> bool:
-        """Trained, sampled and analyzed with exactly these settings by an earlier task."""
-        marker = Path(self.path) / DONE_FILE
-        if not marker.exists():
-            return False
+        """Trained, sampled and analyzed with these settings (execution-only ones aside) by an
+        earlier task: the marker `sweep-done.json` holds the settings it was made with."""
         try:
-            stored = json.loads(marker.read_text())
-        except ValueError:
+            stored = self.stage().completion()
+        except ValueError:  # a marker that is not JSON: not done
             return False
-        return without_execution(stored.get("train", {})) == without_execution(self.train) and without_execution(
-            stored.get("sample", {})
-        ) == without_execution(self.sample)
+        if not stored:
+            return False
+        return not any(changed(stored.get(part, {}), getattr(self, part), neutral=EXECUTION_ONLY) for part in PARTS)
 
-
-def without_execution(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if k not in EXECUTION_ONLY}
+    def stage(self) -> Stage:
+        """The run directory as a stage whose completion marker is `sweep-done.json`."""
+        return Stage(self.path, complete=DONE_FILE)
 
 
 def run_name(model: str, seed: int) -> str:

@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.settings import TrainSettings
 from bgp4.sweep.plugins import stop_asked, trainer_cache
-from bgp4.sweep.spec import DONE_FILE, LOCK_FILE, LOG_FILE, TASKS_FILE, RunSpec
+from bgp4.sweep.spec import LOCK_FILE, LOG_FILE, TASKS_FILE, RunSpec
 
 __all__ = ["train_task", "finish_task", "simulate_task"]
 
@@ -189,7 +188,7 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
             "tasks": len(tasks),
             "build_s": round(sum(t.get("build_s", 0.0) for t in tasks), 2),
         }
-        atomic_write(run / DONE_FILE, json.dumps(payload, indent=1))
+        spec.stage().finish(payload)  # the run's marker, written last: RunSpec.done reads it
         say(f"task finished in {wall:.1f} s")
     return {"run": spec.name, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
 
