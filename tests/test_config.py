@@ -69,3 +69,27 @@ def test_unreadable_files_are_refused(tmp_path):
         read_config_file(tmp_path / "list.yaml")
     (tmp_path / "empty.yaml").write_text("")
     assert read_config_file(tmp_path / "empty.yaml") == {}
+
+
+def test_the_kind_registry_is_the_one_list_of_generator_kinds():
+    from bgp4.kinds import KINDS, get_kind
+    from bgp4.settings import KIND_DEFAULTS, MODELS, SPLINE_MODELS, resolve_architecture
+    from bgp4.sweep.dispatch import STEP_COST
+
+    assert MODELS == ("rnvp", "p4inv", "spline", "spline-p4inv") == tuple(KINDS)
+    assert SPLINE_MODELS == ("spline", "spline-p4inv")
+    assert [k.name for k in KINDS.values() if k.p4inv] == ["p4inv", "spline-p4inv"]
+    assert KIND_DEFAULTS["p4inv"] == {"blocks": 25, "hidden": 60}
+    assert KIND_DEFAULTS["spline"] == {"blocks": 6, "hidden": 256, "bins": 8}
+    assert resolve_architecture("spline-p4inv", hidden=32) == {"blocks": 6, "hidden": 32, "bins": 8}
+    assert resolve_architecture("rnvp", bins=5) == {"blocks": 25, "hidden": 60}  # no bins without splines
+    assert STEP_COST == {"rnvp": 1.0, "p4inv": 1.6, "spline": 6.0, "spline-p4inv": 6.5}
+    assert get_kind("spline").torsions == "circular" and get_kind("p4inv").torsions == "logit"
+    with pytest.raises(
+        InputError, match="unknown generator kind 'glow'; choose one of rnvp, p4inv, spline, spline-p4inv"
+    ):
+        get_kind("glow")
+    with pytest.raises(InputError, match="unknown model 'glow'; choose one of rnvp, p4inv"):
+        TrainSettings(model="glow").validated()
+    with pytest.raises(InputError, match="--bins applies to the spline kinds only"):
+        TrainSettings(model="p4inv", bins=8).validated()

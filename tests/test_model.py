@@ -168,6 +168,27 @@ def test_bad_kind(molecule):
         build_generator("rnvp", blocks=-1, molecule=molecule, shell=True)
 
 
+@pytest.mark.parametrize("kind", ["rnvp", "p4inv", "spline", "spline-p4inv"])
+def test_the_kind_registry_says_what_is_built(kind, molecule):
+    from bgp4.flows.p4inv import P4InvLinear
+    from bgp4.flows.splines import MaskedCoupling
+    from bgp4.kinds import get_kind
+
+    spec = get_kind(kind)
+    model = build_generator(kind, molecule=molecule, shell=True, blocks=1, hidden=8)
+    modules = list(model.flow.modules())
+    assert any(isinstance(m, P4InvLinear) for m in modules) == spec.p4inv
+    assert any(isinstance(m, MaskedCoupling) for m in modules) == spec.circular
+    assert model.transform.structure()["torsions"] == spec.torsions
+    assert model.config == {
+        "kind": kind,
+        **spec.architecture(1, 8),
+        "fix_constrained": True,
+        "n_dims": 48,
+        "molecule": molecule.name,
+    }
+
+
 def test_unfitted_generator_needs_shell(molecule):
     with pytest.raises(InputError, match="shell=True"):
         build_generator("rnvp", molecule=molecule)

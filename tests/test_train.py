@@ -512,6 +512,19 @@ def test_rerun_ignores_workers_checkpoint_interval_and_data_path_but_not_results
         train(replace(settings, data=str(other)), tmp_path / "run", progress=False)
 
 
+def test_prepare_training_of_a_complete_run_gives_a_complete_trainer(md_file, tmp_path):
+    from bgp4.generator.train import prepare_training
+
+    settings = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
+    fresh = prepare_training(settings, tmp_path / "run")
+    assert not fresh.complete and fresh.step == 0 and fresh.summary is None
+    summary, trained = train(settings, tmp_path / "run", progress=False)
+    done = prepare_training(settings, tmp_path / "run")
+    assert trained and done.complete and done.summary == summary and done.step == 5
+    assert done.fit(progress=False) == summary  # nothing left to train
+    done.close()
+
+
 def test_plain_mdtraj_data_needs_a_temperature(md_file, tmp_path):
     plain = tmp_path / "plain.h5"
     mdtraj.load(str(md_file)).save_hdf5(str(plain))  # frames only: no bgp4 settings, no temperature
