@@ -8,6 +8,7 @@ same sample seed): the mean paired difference, its t interval and a paired t-tes
 Writes `report/metrics.json` (per-seed values too), `report/report.md`, `report/seeds.png/.pdf`
 (every seed a dot, mean and interval) and `report/energies.png/.pdf` (violins pooled per model).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bgp4.errors import InputError
+from bgp4.stage import Stage
 
 __all__ = ["t_interval", "paired_difference", "summarize_sweep", "write_sweep_report", "LEVEL"]
 
@@ -53,8 +55,16 @@ KNOWN: dict[str, str] = {
 }
 #: Bookkeeping numbers of a run, properties of the MD data (sampling floors), and figures that
 #: only restate others (errors against MD = value - MD; interval ends of a run's own ESS).
-SKIPPED = {"n_samples", "train_wall_s", "ramachandran_kl_floor", "ramachandran_tv_floor", "ramachandran_kl_floor_ess",
-           "ramachandran_tv_floor_ess", "reverse_ess_ci_low", "reverse_ess_ci_high"}
+SKIPPED = {
+    "n_samples",
+    "train_wall_s",
+    "ramachandran_kl_floor",
+    "ramachandran_tv_floor",
+    "ramachandran_kl_floor_ess",
+    "ramachandran_tv_floor_ess",
+    "reverse_ess_ci_low",
+    "reverse_ess_ci_high",
+}
 
 
 def _finite(values: list[float | None]) -> np.ndarray:
@@ -77,12 +87,17 @@ def t_interval(values: list[float | None], level: float = LEVEL) -> dict[str, An
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
-def paired_difference(values: list[float | None], reference: list[float | None], level: float = LEVEL) -> dict[str, Any]:
+def paired_difference(
+    values: list[float | None], reference: list[float | None], level: float = LEVEL
+) -> dict[str, Any]:
     """`values - reference` over pairs where both are finite: t interval of the mean and paired t-test p."""
     from scipy import stats
 
-    pairs = [(a, b) for a, b in zip(values, reference)
-             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    pairs = [
+        (a, b)
+        for a, b in zip(values, reference)
+        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
+    ]
     result = t_interval([a - b for a, b in pairs], level)
     result["p"] = None
     if len(pairs) >= 2:
@@ -99,9 +114,14 @@ def _metric_order(keys: set[str]) -> list[str]:
 
 def _numeric_metrics(summary: dict[str, Any], complete: dict[str, Any]) -> dict[str, float | None]:
     """The numeric scalars of one run's per-model metrics, plus test NLL and training time."""
-    values = {k: (None if v is None else float(v)) for k, v in summary.items()
-              if k not in SKIPPED and "_error" not in k and not k.endswith("_note")
-              and (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))}
+    values = {
+        k: (None if v is None else float(v))
+        for k, v in summary.items()
+        if k not in SKIPPED
+        and "_error" not in k
+        and not k.endswith("_note")
+        and (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))
+    }
     if values.get("test_nll") is None and complete.get("test_nll_end") is not None:
         values["test_nll"] = float(complete["test_nll_end"])
     if complete.get("wall_s") is not None:
@@ -127,11 +147,12 @@ def collect(sweep_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[int, 
             continue
         metrics = json.loads(path.read_text())
         (summary,) = metrics["models"].values()
-        complete_path = run / "complete.json"
-        complete = json.loads(complete_path.read_text()) if complete_path.exists() else {}
+        complete = Stage(run).completion()  # the training run's summary ({} if unfinished)
         runs[info["model"]][int(info["seed"])] = {
-            "run": run, "values": _numeric_metrics(summary, complete),
-            "kT": metrics["kT_kJ_per_mol"], "threshold": metrics["low_energy_threshold_kT"],
+            "run": run,
+            "values": _numeric_metrics(summary, complete),
+            "kT": metrics["kT_kJ_per_mol"],
+            "threshold": metrics["low_energy_threshold_kT"],
         }
     return record, runs
 
@@ -145,12 +166,17 @@ def summarize_sweep(models: list[str], runs: dict[str, dict[int, dict[str, Any]]
         entry: dict[str, Any] = {"label": KNOWN.get(key, key), "models": {}, "paired": {}}
         for model in models:
             per_seed = {seed: r["values"].get(key) for seed, r in sorted(runs[model].items())}
-            entry["models"][model] = {**t_interval(list(per_seed.values())), "values": {str(s): v for s, v in per_seed.items()}}
+            entry["models"][model] = {
+                **t_interval(list(per_seed.values())),
+                "values": {str(s): v for s, v in per_seed.items()},
+            }
         for model in models[1:]:
             seeds = sorted(set(runs[model]) & set(runs[reference]))
             entry["paired"][model] = {
-                **paired_difference([runs[model][s]["values"].get(key) for s in seeds],
-                                    [runs[reference][s]["values"].get(key) for s in seeds]),
+                **paired_difference(
+                    [runs[model][s]["values"].get(key) for s in seeds],
+                    [runs[reference][s]["values"].get(key) for s in seeds],
+                ),
                 "against": reference,
             }
         out[key] = entry
@@ -187,14 +213,16 @@ def _sentence(model: str, reference: str, summary: dict[str, Any]) -> str:
         n = max(n, d["n"])
         if d["p"] is not None and d["p"] < 1 - LEVEL:
             direction = "higher" if d["mean"] > 0 else "lower"
-            significant.append(f"{direction} {entry['label']} ({d['mean']:+.3g}, {LEVEL:.0%} CI {_fmt(d['low'])} to "
-                               f"{_fmt(d['high'])}, p = {d['p']:.2g})")
+            significant.append(
+                f"{direction} {entry['label']} ({d['mean']:+.3g}, {LEVEL:.0%} CI {_fmt(d['low'])} to "
+                f"{_fmt(d['high'])}, p = {d['p']:.2g})"
+            )
         elif d["n"] >= 2:
             unclear.append(entry["label"])
     if n < 2:
         return f"- **{model} vs {reference}**: fewer than 2 paired seeds, no test possible."
     text = f"- **{model} vs {reference}** ({n} paired seeds): "
-    text += ("; ".join(significant) + ". " if significant else "no difference is significant at the 5 % level. ")
+    text += "; ".join(significant) + ". " if significant else "no difference is significant at the 5 % level. "
     if significant and unclear:
         text += "Not distinguishable from seed noise (p >= 0.05): " + ", ".join(unclear) + "."
     return text.strip()
@@ -218,7 +246,10 @@ def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
         f"MD data: `{record['data']}`; models {', '.join(models)}; seeds {', '.join(map(str, record['seeds']))}.\n"
         f"Each cell: mean over seeds [{LEVEL:.0%} Student-t interval]. Differences are paired by seed "
         "(same train/test split and sample seed) with a paired t-test.\n\n"
-        + "\n".join(lines) + "\n\n## Comparisons\n\n" + comparisons + "\n\n## Figures\n\n"
+        + "\n".join(lines)
+        + "\n\n## Comparisons\n\n"
+        + comparisons
+        + "\n\n## Figures\n\n"
         "Every seed (dots) with the mean and its interval:\n\n![seeds](seeds.png)\n\n"
         "Sample energies pooled over seeds (kT):\n\n![energies](energies.png)\n"
     )
@@ -254,8 +285,8 @@ def seeds_figure(models: list[str], summary: dict[str, Any], path: Path) -> list
 def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, Any]]], path: Path) -> list[Path]:
     """Energy violins: MD, then each model's samples pooled over its seeds (kT)."""
     from bgp4.analysis import plots
-    from bgp4.simulation.data import load_trajectory
     from bgp4.generator.sample import default_samples_path
+    from bgp4.simulation.data import load_trajectory
 
     done = [(m, r) for m in record["models"] for r in runs[m].values()]
     if not done:
@@ -269,7 +300,9 @@ def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, 
     for model in record["models"]:
         if not runs[model]:
             continue
-        energies = [load_trajectory(default_samples_path(r["run"]), n_atoms=n_atoms).energies / kT for r in runs[model].values()]
+        energies = [
+            load_trajectory(default_samples_path(r["run"]), n_atoms=n_atoms).energies / kT for r in runs[model].values()
+        ]
         columns[model] = np.concatenate(energies)
         fractions = [r["values"].get("low_energy_fraction") for r in runs[model].values()]
         low[model] = t_interval(fractions)["mean"]
@@ -288,16 +321,17 @@ def _draw(jobs: dict[str, tuple], executor: Executor | None) -> dict[str, list[P
     return {name: function(*args) for name, (function, *args) in jobs.items()}
 
 
-def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: int = 0,
-                       executor: Executor | None = None) -> dict[str, Any]:
+def write_sweep_report(
+    sweep_dir: str | Path, refresh: bool = False, workers: int = 0, executor: Executor | None = None
+) -> dict[str, Any]:
     """Aggregate the runs of a sweep into `<sweep_dir>/report/`; returns the metrics written.
 
     Runs that are sampled but have no per-run report (or all of them, with `refresh`) are
     analyzed first, with the current `bgp4 analyze`. With an `executor` (e.g. a Dask client's,
     whose workers see `sweep_dir`) the two figures are drawn there, side by side.
     """
-    from bgp4.report.analyze import analyze
     from bgp4.generator.sample import default_samples_path
+    from bgp4.report.analyze import analyze
 
     sweep_dir = Path(sweep_dir)
     record, _ = collect(sweep_dir)
@@ -311,11 +345,21 @@ def write_sweep_report(sweep_dir: str | Path, refresh: bool = False, workers: in
     summary = summarize_sweep(record["models"], runs)
     out = sweep_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    figures = _draw({"seeds": (seeds_figure, record["models"], summary, out / "seeds"),
-                     "energies": (energies_figure, record, runs, out / "energies")}, executor)
-    metrics = {"models": record["models"], "seeds": record["seeds"], "level": LEVEL,
-               "reference_model": record["models"][0], "metrics": summary,
-               "figures": {k: [p.name for p in v] for k, v in figures.items()}}
+    figures = _draw(
+        {
+            "seeds": (seeds_figure, record["models"], summary, out / "seeds"),
+            "energies": (energies_figure, record, runs, out / "energies"),
+        },
+        executor,
+    )
+    metrics = {
+        "models": record["models"],
+        "seeds": record["seeds"],
+        "level": LEVEL,
+        "reference_model": record["models"][0],
+        "metrics": summary,
+        "figures": {k: [p.name for p in v] for k, v in figures.items()},
+    }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     (out / "report.md").write_text(render(record, summary))
     return metrics
