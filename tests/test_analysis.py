@@ -80,6 +80,14 @@ def test_reverse_ess_known_answers():
     assert analysis.reverse_ess(np.array([0.0, 1.0])) == pytest.approx(expected)
 
 
+def test_plus_infinite_log_weights_take_all_the_weight():
+    # +inf: a weight without bound; those samples share the weight, the estimate says it is dominated
+    log_w = np.array([np.inf, 0.0, -1.0, np.inf, np.nan])
+    assert analysis.reverse_ess(log_w) == pytest.approx(2 / 5)
+    np.testing.assert_array_equal(analysis.normalized_weights(log_w), [0.5, 0.0, 0.0, 0.5, 0.0])
+    assert analysis.reverse_ess(np.array([np.inf, 0.0, 0.0, 0.0])) == pytest.approx(1 / 4)
+
+
 def test_log_weights_with_infinite_energy():
     u = np.array([1.0, np.inf, 2.0, np.nan])
     log_q = np.array([-1.0, 0.0, np.nan, 0.5])

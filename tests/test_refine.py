@@ -189,6 +189,29 @@ def test_infinite_target_weighs_zero_and_never_moves():
     assert chains.n_evals == 500 + 4 * (1 + 2) * int((~dead).sum())  # dead samples cost nothing
 
 
+def test_plus_infinite_target_is_a_failed_evaluation_with_or_without_gradients():
+    # log pi = +inf (an energy of -inf) must weigh zero, not take every other sample's weight
+    def log_target(z):
+        return torch.where(z[:, 0] < 0, torch.full_like(z[:, 0], math.inf), -0.5 * z.square().sum(1))
+
+    target = FunctionTarget(
+        2,
+        lambda z: -0.5 * z.square().sum(1),
+        log_target,
+        lambda n, g: torch.randn(n, 2, generator=g, dtype=torch.float64),
+    )
+    z0 = torch.randn(400, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    dead = z0[:, 0] < 0
+    for grad in (True, False):
+        assert torch.all(torch.isneginf(target.evaluate(z0, grad=grad).log_ratio[dead]))
+    chains, _, _ = anneal_target(target, 400, 3, steps=0, seed=0, z0=z0.clone())
+    assert torch.all(torch.isneginf(chains.log_w[dead])) and torch.all(torch.isfinite(chains.log_w[~dead]))
+    assert 0 < reverse_ess(chains.log_w) < 1
+    # resampling draws from the live samples only
+    chains, _, _ = anneal_target(target, 400, 3, steps=0, seed=0, z0=z0.clone(), resample_ess=0.9)
+    assert chains.resampled.any() and torch.all(torch.isfinite(chains.log_w)) and bool((chains.z[:, 0] >= 0).all())
+
+
 def test_resume_from_a_saved_level_is_exact():
     target = _double_well()
     betas, sizes = schedule(6), np.full(6, 1.0)
