@@ -249,7 +249,9 @@ def refine_run(
     if differ and overwrite:
         store.clear()
     refuse_changes(
-        f"{store.path} holds a partial refinement", [] if overwrite else differ, "pass overwrite=True (--overwrite)"
+        f"{store.path} holds a partial refinement",
+        [] if overwrite else differ,
+        "pass overwrite=True (--overwrite) to start it again",
     )
     started = time.perf_counter()
     src = _load(run, s.device)
