@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from bgp4.errors import InputError
 from bgp4.kinds import KINDS, get_kind, kind_names
-from bgp4.stage import changed, same_data, with_fingerprint  # noqa: F401 - same_data: part of this API
+from bgp4.stage import changed, with_fingerprint
 
 if sys.version_info >= (3, 11):
     import tomllib
