@@ -1,6 +1,6 @@
 """The training objectives: likelihood, the energy phase's mixed loss, the P4Inv bound penalty.
 
-Losses in nats per frame or sample; energies u in kT. Used by `bgp4.generator.train`.
+Losses in nats per frame or sample; energies u in kT. Used by `bgp4.generator.loop` (training).
 """
 
 from __future__ import annotations
