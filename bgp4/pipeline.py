@@ -106,10 +106,8 @@ def run_pipeline(
         )
         summary, trained = train(settings, run, progress=progress)
         say(
-
-                f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL "
-                f"{format_number(summary.get('test_nll_end'))}"
-
+            f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL "
+            f"{format_number(summary.get('test_nll_end'))}"
         )
         sample_settings = SampleSettings(seed=seed, device=device, **p["sample"])
         summary, sampled = sample_run(run, sample_settings, progress=progress)

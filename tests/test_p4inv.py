@@ -62,8 +62,8 @@ def test_logdet_equals_slogdet_of_perturbed_matrix():
     _, ld = layer(torch.randn(5, 6, dtype=F64))
     sign, expected = torch.linalg.slogdet(layer.A + torch.outer(layer.u, layer.v))
     assert torch.allclose(ld, expected.expand(5), atol=1e-10)
-    s, l = layer.slogdet()
-    assert s.item() == sign.item() and abs(l.item() - expected.item()) < 1e-10
+    s, logabs = layer.slogdet()
+    assert s.item() == sign.item() and abs(logabs.item() - expected.item()) < 1e-10
 
 
 class _Inverse(torch.nn.Module):

@@ -216,7 +216,7 @@ def ramachandran_panels(
     rows = math.ceil(len(panels) / 4)
     fig, axes = _new_figure(len(panels), panel_size=(2.6, 2.6), ncols=math.ceil(len(panels) / rows))
     edges = angle_edges(bins)
-    for ax, (label, (phi, psi, _)) in zip(axes, panels.items()):
+    for ax, (label, (phi, _psi, _)) in zip(axes, panels.items()):
         density = densities[label]
         # pcolormesh wants rows = y (psi); the histogram is indexed [phi, psi].
         ax.pcolormesh(edges, edges, np.ma.masked_less_equal(density.T, 0.0), norm=norm, rasterized=True)

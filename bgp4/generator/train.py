@@ -10,7 +10,6 @@ processes) and writes the run's summary.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,12 +22,13 @@ from bgp4.generator.checkpoint import Checkpoint
 from bgp4.generator.loop import COMPILE_MIN_STEPS, LOG_EVERY, TrainingLoop
 from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty
 from bgp4.generator.model import weights_defined
-from bgp4.generator.rundir import COMPLETE, MODEL, RunDirectory, check_init
+from bgp4.generator.rundir import MODEL, RunDirectory, check_init
 from bgp4.generator.training_data import TEST_FRAMES, TrainingData
 from bgp4.platform import resolve_device
 from bgp4.settings import TrainSettings, changed_settings, settings_record
 from bgp4.simulation.data import TrajectoryData, load_trajectory, resolve_temperature
 from bgp4.simulation.molecule import rotor_hydrogens
+from bgp4.stage import refuse_changes
 
 __all__ = [
     "COMPILE_MIN_STEPS",
@@ -244,27 +244,30 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
     run = RunDirectory(out)
     record = settings_record(s)
     if run.complete and not overwrite:
-        differ = changed_settings(run.settings(), record)
-        if differ:
-            raise InputError(
-                f"{run.path} holds a finished run with other settings ({', '.join(differ)}); "
-                "use another --out or --overwrite"
-            )
-        return Trainer(s, run, None, summary=json.loads(run.file(COMPLETE).read_text()))
+        refuse_changes(
+            f"{run.path} holds a finished run",
+            changed_settings(run.settings(), record),
+            "use another out directory (--out) or pass overwrite=True (--overwrite)",
+        )
+        return Trainer(s, run, None, summary=run.completion())
     resolve_device(s.device)
     data = load_trajectory(s.data)
     molecule = data.molecule()  # refuses frames of another molecule before any work
     resolve_temperature(data.settings.get("temperature"), s.temperature, s.data)  # refuse before any work
     n_test = int(round(data.n_frames * s.test_fraction))
     if n_test < 1:
-        raise InputError(f"--test-fraction {s.test_fraction} leaves no test frames out of {data.n_frames}")
+        raise InputError(
+            f"test_fraction (--test-fraction) {s.test_fraction} leaves no test frames out of {data.n_frames}"
+        )
     n_train = data.n_frames - n_test
     if n_train < s.batch:
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
     if s.init:
         check_init(s.init, record)
     if s.augment and not rotor_hydrogens(molecule):
-        raise InputError(f"--augment: {molecule.name} has no interchangeable hydrogen triples to relabel")
+        raise InputError(
+            f"augment=True (--augment): {molecule.name} has no interchangeable hydrogen triples to relabel"
+        )
     run.prepare(record, overwrite, changed=changed_settings)
     return Trainer(s, run, data, molecule)
 
@@ -286,4 +289,4 @@ def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
         ],
         run.file("training"),
     )
-    run.write_json(COMPLETE, summary)
+    run.finish(summary)

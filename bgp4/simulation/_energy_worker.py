@@ -74,7 +74,7 @@ def _evaluate(context: openmm.Context, frames: np.ndarray, want_forces: bool) ->
             energies[i] = state.getPotentialEnergy()._value
             if want_forces:
                 forces[i] = state.getForces(asNumpy=True)._value
-        except Exception:  # an OpenMM failure on one frame makes that frame +inf
+        except Exception:  # noqa: BLE001 - an OpenMM failure on one frame makes that frame +inf
             energies[i] = math.inf
     bad = ~np.isfinite(energies)
     if want_forces:
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> None:
         return
     try:
         context = _open_context(xml, platform_name, props)
-    except Exception as exc:  # report any start-up failure to the parent as text
+    except Exception as exc:  # noqa: BLE001 - report any start-up failure to the parent as text
         message = f"{type(exc).__name__}: {exc}".encode()
         _write_all(out_fd, LENGTH.pack(len(message)) + message)
         return

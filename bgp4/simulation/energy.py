@@ -112,7 +112,7 @@ class OpenMMEnergy:
         xml = system if isinstance(system, str) else openmm.XmlSerializer.serialize(system)
         try:
             system = openmm.XmlSerializer.deserialize(xml) if isinstance(system, str) else system
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any parser failure means a bad system
             raise InputError(f"system XML could not be read by OpenMM: {exc}") from None
         temperature = float(temperature)
         if not (np.isfinite(temperature) and temperature > 0):

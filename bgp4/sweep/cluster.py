@@ -72,7 +72,8 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
                     ]
                     if offered and max(offered) < gpus_per_run:
                         raise InputError(
-                            f"no worker at {scheduler} offers {gpus_per_run} GPU(s); start workers with --resources GPU=1"
+                            f"no worker at {scheduler} offers {gpus_per_run} GPU(s); "
+                            "start workers with --resources GPU=1"
                         )
                 yield client
             finally:  # these workers outlive the sweep: they let go of the runs they keep ready

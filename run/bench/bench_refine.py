@@ -68,7 +68,8 @@ def main() -> None:
     molecule = bg.molecule()
     print(
         f"run: {args.run}  model: {bg.config['kind']}  latent dims: {bg.n_dims}  n: {args.n}  steps: {args.steps}"
-        f"  independence: {args.independence}  leapfrog: {args.leapfrog}  resample_ess: {args.resample_ess}  power: {args.power}"
+        f"  independence: {args.independence}  leapfrog: {args.leapfrog}"
+        f"  resample_ess: {args.resample_ess}  power: {args.power}"
         f"  torch threads: {torch.get_num_threads()}"
     )
     with OpenMMEnergy(molecule.system, temperature, n_workers=args.workers or None) as energy:
@@ -101,7 +102,7 @@ def main() -> None:
                 args.leapfrog,
                 gen,
                 args.resample_ess,
-                on_level=lambda c: stamps.append(time.perf_counter()),
+                on_level=lambda c, stamps=stamps: stamps.append(time.perf_counter()),
                 independence=args.independence,
             )
             t3 = time.perf_counter()
@@ -114,7 +115,8 @@ def main() -> None:
                 f"  evals_per_s: {(chains.n_evals - args.n) / max(t3 - t2, 1e-9):.0f}"
                 f"  acceptance: {np.nanmean(chains.acceptance) if levels and args.steps else float('nan'):.2f}"
                 f"  independence_acceptance: {_first_last(chains.independence_acceptance)}"
-                f"  ess_raw: {reverse_ess(raw.cpu()):.4f} {_interval(raw)}  ess_refined: {reverse_ess(chains.log_w.cpu()):.4f}"
+                f"  ess_raw: {reverse_ess(raw.cpu()):.4f} {_interval(raw)}"
+                f"  ess_refined: {reverse_ess(chains.log_w.cpu()):.4f}"
                 f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
                 f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}"
                 f"  lineage_ess: {lineage_ess(chains.log_w.cpu().numpy(), chains.ancestor.cpu().numpy()):.4f}"
