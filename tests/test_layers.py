@@ -81,5 +81,5 @@ def test_no_import_points_up():
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert ("bgp4.cli", "bgp4.errors") in graph.edges
+    assert ("bgp4.cli._app", "bgp4.errors") in graph.edges
     assert graph.number_of_edges() > 50

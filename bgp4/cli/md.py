@@ -1,0 +1,78 @@
+"""`bgp4 simulate`: Langevin MD of the molecule into an mdtraj HDF5 file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
+from bgp4.simulation.md import MDSettings
+
+__all__ = ["simulate"]
+
+_MD = MDSettings
+
+
+# `simulate` runs past 60 lines only in its signature: typer reads each option, with its `--help`
+# text and its default (taken from the settings dataclasses), from one parameter.
+@handles_errors
+def simulate(
+    out: Path = typer.Option(DEFAULT_DATA, "--out", help="Output mdtraj HDF5 file (.h5)."),
+    frames: int = typer.Option(default_of(_MD, "frames"), help="Frames to save in total, split evenly over replicas."),
+    temperature: float = typer.Option(default_of(_MD, "temperature"), help="Temperature in K."),
+    timestep_fs: float = typer.Option(
+        default_of(_MD, "timestep_fs"), "--timestep-fs", help="Integration time step in fs."
+    ),
+    save_every: int = typer.Option(
+        default_of(_MD, "save_every"), "--save-every", help="Integration steps between saved frames."
+    ),
+    friction: float = typer.Option(default_of(_MD, "friction"), help="Langevin friction in 1/ps."),
+    equilibration_ps: float = typer.Option(
+        default_of(_MD, "equilibration_ps"), "--equilibration-ps", help="Equilibration per replica in ps (not saved)."
+    ),
+    replicas: int = typer.Option(
+        default_of(_MD, "replicas"), help="Independent trajectories, one process each (0: one per core)."
+    ),
+    seed: int = typer.Option(default_of(_MD, "seed"), help="Random seed; each replica derives its own from it."),
+    platform: str = typer.Option(
+        default_of(_MD, "platform"),
+        help="OpenMM platform: auto|Reference|CPU|CUDA|OpenCL (auto: Reference, the fastest for a small molecule).",
+    ),
+    molecule: str = typer.Option(
+        default_of(_MD, "molecule"),
+        help=(
+            "Registered molecule to simulate (bgp4.simulation.molecule.MOLECULES); empty: the "
+            "default, alanine dipeptide."
+        ),
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace a finished output file and discard a partial run."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Run Langevin MD of the molecule (alanine dipeptide: amber99sb-ildn, OBC implicit solvent) and save frames.
+
+    Defaults are the paper's 600 K protocol. A run cut off at any moment resumes when the same
+    command is run again; rerunning a finished one reports it and exits.
+    """
+    from bgp4.simulation.md import completed
+    from bgp4.simulation.md import simulate as run_md
+
+    settings = MDSettings(
+        frames=frames,
+        temperature=temperature,
+        timestep_fs=timestep_fs,
+        save_every=save_every,
+        friction=friction,
+        equilibration_ps=equilibration_ps,
+        replicas=replicas,
+        seed=seed,
+        platform=platform,
+        molecule=molecule,
+    )
+    if not overwrite and completed(out, settings):
+        typer.echo(f"{out}: already complete ({settings.frames} frames)")
+        return
+    path = run_md(out, settings, overwrite=overwrite, progress=not quiet)
+    typer.echo(f"wrote {settings.frames} frames to {path}")

@@ -1,0 +1,172 @@
+"""`bgp4 sample` (samples, weights and AIS refinement of a trained run) and `bgp4 analyze` (the report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
+from bgp4.errors import InputError
+from bgp4.settings import RefineSettings, SampleSettings
+
+__all__ = ["STALLED_INDEPENDENCE", "analyze", "sample"]
+
+_SAMPLE, _REFINE = SampleSettings, RefineSettings
+#: Below this acceptance of the independence moves at the last level, `sample --refine` suggests MALA moves.
+STALLED_INDEPENDENCE = 0.05
+
+
+# `sample` runs past 60 lines only in its signature: typer reads each option, with its `--help`
+# text and its default (taken from the settings dataclasses), from one parameter.
+@handles_errors
+def sample(
+    run: Path = typer.Argument(..., help="Run directory of a finished `bgp4 train`."),
+    n: int = typer.Option(default_of(_SAMPLE, "n"), "--n", help="Number of samples."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Samples file (mdtraj HDF5). [default: RUN/samples.h5]"),
+    batch: int = typer.Option(default_of(_SAMPLE, "batch"), help="Samples drawn and evaluated per batch."),
+    device: str = typer.Option(
+        default_of(_SAMPLE, "device"), help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."
+    ),
+    seed: int = typer.Option(default_of(_SAMPLE, "seed"), help="Random seed of the prior samples."),
+    workers: int = typer.Option(default_of(_SAMPLE, "workers"), help="Energy-bridge processes (0: one per core)."),
+    temperature: Optional[float] = typer.Option(None, help="Temperature in K; only for a run that records none."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace an existing samples file made with other settings."
+    ),
+    refine: Optional[int] = typer.Option(
+        None,
+        "--refine",
+        help=(
+            "Also refine the samples by annealed importance sampling with K levels (K = 0: the raw "
+            "weights); writes <samples>-refined.h5."
+        ),
+    ),
+    refine_steps: int = typer.Option(
+        default_of(_REFINE, "steps"),
+        "--refine-steps",
+        help=(
+            "MALA/HMC moves per refinement level, after the independence moves (one energy+force "
+            "evaluation and a backward pass through the flow per leapfrog step); 0: independence "
+            "moves alone, at a half to a quarter of the cost, for a generator that covers every state"
+            " (README: AIS)."
+        ),
+    ),
+    refine_independence: int = typer.Option(
+        default_of(_REFINE, "independence"),
+        "--refine-independence",
+        help=(
+            "Independence Metropolis moves per refinement level: fresh draws from the generator, "
+            "accepted by their weights (one energy evaluation each; forces too when there are "
+            "MALA/HMC moves); 0: MALA/HMC only."
+        ),
+    ),
+    refine_leapfrog: int = typer.Option(
+        default_of(_REFINE, "leapfrog"), "--refine-leapfrog", help="Leapfrog steps per move (1: MALA)."
+    ),
+    resample_ess: float = typer.Option(
+        default_of(_REFINE, "resample_ess"),
+        "--resample-ess",
+        help=(
+            "SMC: resample when the ESS of the running weights falls below this fraction (0: plain "
+            "AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one "
+            "lineage counted once."
+        ),
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Draw samples with their energies (kJ/mol), log q and log importance weights.
+
+    Samples whose energy is not finite, or that left the internal-coordinate domain, are kept,
+    flagged and counted. With --refine K the same samples are then annealed towards the
+    Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
+    """
+    from bgp4.generator.sample import refine_run, sample_run
+    from bgp4.report.analyze import format_number
+
+    settings = SampleSettings(n=n, batch=batch, device=device, seed=seed, workers=workers).validated()
+    if refine is not None:  # refused before anything is written
+        refinement = RefineSettings(
+            levels=refine,
+            steps=refine_steps,
+            leapfrog=refine_leapfrog,
+            resample_ess=resample_ess,
+            independence=refine_independence,
+        ).validated()
+    summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet, temperature=temperature)
+    typer.echo(
+        f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "
+        f"{summary['out_of_domain']} outside the IC domain; mean energy {format_number(summary['mean_energy_kT'])} kT, "
+        + (
+            f"reverse ESS {format_number(summary['reverse_ess'], 3)}"
+            if summary["reverse_ess"] is not None
+            else "reverse ESS not defined (constrained bonds are flow dimensions; see complete.json)"
+        )
+    )
+    if refine is not None:
+        refined, _ = refine_run(run, settings, refinement, out, overwrite, progress=not quiet)
+        typer.echo(
+            f"refined (K={refine}): mean energy {format_number(refined['mean_energy_kT'])} kT, reverse ESS "
+            f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
+            f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
+        )
+        note = _refine_note(summary.get("reverse_ess"), refined, refinement.steps)
+        if note:
+            typer.echo(f"note: {note}")
+
+
+def _refine_note(raw_ess: float | None, refined: dict, steps: int) -> str | None:
+    """A hint when refinement went wrong in a way the user can fix with the moves."""
+    # with SMC resampling the copies of one lineage count once; a margin keeps noise from triggering it
+    ess = refined.get("lineage_ess", refined.get("reverse_ess"))
+    rate = refined.get("final_independence_acceptance")
+    if raw_ess is not None and ess is not None and ess < 0.8 * raw_ess:
+        return (
+            f"refinement lowered the reverse ESS ({raw_ess:.3g} -> {ess:.3g}): a few samples carry most of the weight; "
+            + (
+                "--refine-steps 1 adds MALA moves, which keep samples from sticking at rare states"
+                if steps == 0
+                else "more levels (--refine K) spread it over more moves"
+            )
+        )
+    if steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
+        return (
+            f"the generator's own draws were accepted in only {rate:.1%} of the independence moves at the last "
+            "level, so the samples hardly moved there; --refine-steps 1 adds MALA moves"
+        )
+    return None
+
+
+@handles_errors
+def analyze(
+    runs: Optional[list[Path]] = typer.Argument(None, help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="The MD data file the runs were trained on."),
+    out: Path = typer.Option(Path("report"), "--out", help="Report directory (figures, metrics.json, report.md)."),
+    seed: int = typer.Option(0, help="Seed of the noise reference."),
+    workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
+    sweep_dir: Optional[Path] = typer.Option(
+        None, "--sweep", help="Aggregate the sweep in this directory over seeds into SWEEP/report/ (instead of RUNS)."
+    ),
+    refresh: bool = typer.Option(
+        False, "--refresh", help="With --sweep: analyze every run again (after an update of the analysis)."
+    ),
+    temperature: Optional[float] = typer.Option(
+        None, help="Temperature of the data in K; only for a data file that records none."
+    ),
+) -> None:
+    """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
+    if sweep_dir is not None:
+        from bgp4.report.aggregate import write_sweep_report
+
+        if runs:
+            raise InputError("give either run directories or --sweep DIR, not both")
+        write_sweep_report(sweep_dir, refresh=refresh, workers=workers)
+        typer.echo(f"report written to {sweep_dir / 'report' / 'report.md'}")
+        return
+    from bgp4.report.analyze import analyze as run_analysis
+
+    if not runs:
+        raise InputError("name the run directories to analyze (or --sweep DIR)")
+    run_analysis(data, list(runs), out, seed=seed, workers=workers, temperature=temperature)
+    typer.echo(f"report written to {out / 'report.md'}")

@@ -1,0 +1,136 @@
+"""`bgp4 pipeline` (every stage, one preset) and `bgp4 sweep` (every model and seed on Dask distributed)."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from bgp4.cli._app import default_of, handles_errors
+from bgp4.cli.training import train
+from bgp4.errors import InputError
+from bgp4.settings import SampleSettings, TrainSettings
+
+__all__ = ["pipeline", "sweep"]
+
+_SAMPLE = SampleSettings
+
+
+@handles_errors
+def pipeline(
+    preset: str = typer.Option("quick", help="quick (minutes on 2 cores) or paper (the full reproduction)."),
+    out: Path = typer.Option(Path("out/quick"), "--out", help="Directory for data, runs and report."),
+    seed: int = typer.Option(0, help="Seed of every stage."),
+    device: str = typer.Option("auto", help="auto|cpu|cuda for training and sampling."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Simulate, train RNVP and P4Inv, sample and analyze; completed stages are skipped on rerun."""
+    from bgp4.pipeline import run_pipeline
+
+    run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo)
+
+
+# `bgp4 sweep` takes every `bgp4 train` setting with train's own option (name, help, default);
+# these train parameters are not settings, or the sweep has its own meaning for them
+_NOT_SWEEP_SETTINGS = {"out", "overwrite", "quiet", "data", "model", "seed", "workers"}
+
+
+def _with_train_settings(command: Callable) -> Callable:
+    """Append train's setting options to `command`'s signature; they arrive in its **settings."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    hints = typing.get_type_hints(train)  # typer reads types from the annotations, resolved here
+    shared = [
+        p.replace(annotation=hints[name])
+        for name, p in inspect.signature(train).parameters.items()
+        if name not in _NOT_SWEEP_SETTINGS
+    ]
+    command.__signature__ = inspect.Signature(own + shared)
+    command.__annotations__.update({p.name: p.annotation for p in shared})
+    return command
+
+
+# `sweep` runs past 60 lines only in its signature: typer reads each option, with its `--help`
+# text and its default (taken from the settings dataclasses), from one parameter.
+@handles_errors
+@_with_train_settings
+def sweep(
+    data: Path = typer.Option(
+        ..., "--data", help="MD data file; simulated first (with the preset's MD settings) if it does not exist."
+    ),
+    models: str = typer.Option(
+        "rnvp,p4inv",
+        "--models",
+        help="Comma-separated generators; the first is the reference of the paired comparisons.",
+    ),
+    seeds: int = typer.Option(
+        3, "--seeds", help="Seeds per model (0 .. N-1); seed k gives every model the same train/test split."
+    ),
+    out: Path = typer.Option(..., "--out", help="Sweep directory: runs/<model>-s<seed>/, report/."),
+    preset: Optional[str] = typer.Option(
+        None,
+        "--preset",
+        help="quick|paper: the train, sample and MD sizes of `bgp4 pipeline`; settings given here win.",
+    ),
+    samples: Optional[int] = typer.Option(
+        None, "--samples", help="Samples per run. [default: the preset's, else 100000]"
+    ),
+    scheduler: Optional[str] = typer.Option(
+        None,
+        "--scheduler",
+        help="Address of a running Dask scheduler (tcp://host:8786); default: a local cluster on this machine.",
+    ),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", help="Local cluster: worker processes, one task each. [default: cores / threads-per-run]"
+    ),
+    threads_per_run: int = typer.Option(1, "--threads-per-run", help="Torch threads and energy processes of each run."),
+    gpus_per_run: float = typer.Option(
+        0.0,
+        "--gpus-per-run",
+        help=(
+            "GPUs per run, as Dask worker resources (start workers with --resources GPU=1); 0.5 puts two runs on a GPU."
+        ),
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    **settings,
+) -> None:
+    """Train, sample and analyze every (model, seed) on Dask distributed; report over seeds.
+
+    Each run is a resumable directory whose training is handed to the workers in parts, the run
+    with the most left first, so that the workers finish together. A task whose worker dies is
+    run again and resumes from the checkpoint, and the same command run again skips finished runs. The report gives each
+    metric's mean and 95 % interval over seeds and paired differences against the first model.
+    """
+    from bgp4.pipeline import PRESETS
+    from bgp4.settings import merge_settings, read_config_file
+    from bgp4.sweep.runner import plan_sweep, run_sweep
+
+    if preset is not None and preset not in PRESETS:
+        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    chosen = PRESETS[preset] if preset else {"md": {}, "train": {}, "sample": {}}
+    config = settings.pop("config", None)
+    flags = {("compile" if k == "compile_mode" else k): v for k, v in settings.items()}
+    from_file = read_config_file(config) if config else {}
+    base = merge_settings(TrainSettings, {**chosen["train"], **from_file}, flags)
+    # a preset's per-kind sizes sit between its common settings and the user's file and flags
+    by_model = {
+        m: merge_settings(TrainSettings, {**chosen["train"], **own, **from_file}, flags)
+        for m, own in chosen.get("by_model", {}).items()
+    }
+    n_samples = samples if samples is not None else chosen["sample"].get("n", default_of(_SAMPLE, "n"))
+    plan = plan_sweep(
+        out,
+        data,
+        [m.strip() for m in models.split(",") if m.strip()],
+        seeds,
+        base,
+        n_samples,
+        threads_per_run=threads_per_run,
+        gpus_per_run=gpus_per_run,
+        md=chosen["md"],
+        by_model=by_model,
+    )
+    run_sweep(plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo)
