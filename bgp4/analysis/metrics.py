@@ -8,7 +8,7 @@ every numeric key over seeds.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -126,31 +126,11 @@ def model_metrics(
     u = _as_1d(u_model_kT, "u_model_kT")
     phi_a, psi_a = _as_1d(phi, "phi"), _as_1d(psi, "psi")
     _same_length(u_model_kT=u, phi=phi_a, psi=psi_a)
-    rng = np.random.default_rng(seed)
-    n_angles = int(np.count_nonzero(np.isfinite(phi_a) & np.isfinite(psi_a)))
-    p_md, df_md = _states(phi_md)
-    p_raw, df_raw = _states(phi_a)
-    kl_floor, tv_floor = ramachandran_floor(phi_md, psi_md, n_angles, bins, rng=rng)
-    summary: dict[str, Any] = _energy_stats(u)
-    summary.update(
-        energy_shift_kT=_json_float(energy_shift(u, u_md_kT)),
-        low_energy_fraction=_json_float(low_energy_fraction(u, u_threshold)),
-        energy_w2=_json_float(energy_w2(u_md_kT, u)),
-        ramachandran_kl=_json_float(ramachandran_kl(phi_md, psi_md, phi_a, psi_a, bins)),
-        ramachandran_tv=_json_float(ramachandran_tv(phi_md, psi_md, phi_a, psi_a, bins)),
-        ramachandran_kl_floor=_json_float(kl_floor),
-        ramachandran_tv_floor=_json_float(tv_floor),
-        ramachandran_floor_note=None
-        if math.isfinite(kl_floor) or n_angles == 0
-        else (f"floor undefined: the model's {n_angles} samples are not fewer than the {len(phi_md)} MD frames"),
-        p_phi_positive=_json_float(p_raw),
-        p_phi_positive_error=_json_float(p_raw - p_md),
-        dF_phi_kT=_json_float(df_raw),
-        dF_phi_error_kT=_json_float(df_raw - df_md),
-        n_zero_weight=None,
-        weights_defined=bool(weights_defined and log_q is not None),
-        weights_note=None,
-    )
+    rng = np.random.default_rng(seed)  # one stream: the MD floor, the ESS bootstrap, the floor at the ESS
+    md = _Reference(u_md_kT, phi_md, psi_md, *_states(phi_md))
+    summary: dict[str, Any] = _energy_metrics(u, md, u_threshold)
+    summary.update(_angle_metrics(phi_a, psi_a, md, bins, rng))
+    summary.update(n_zero_weight=None, weights_defined=bool(weights_defined and log_q is not None), weights_note=None)
     summary.update(dict.fromkeys(REWEIGHTED_KEYS))
     if log_q is None:
         summary["weights_note"] = "the samples carry no log q"
@@ -160,29 +140,88 @@ def model_metrics(
     if not weights_defined:
         summary["weights_note"] = weights_note or "importance weights are not defined for this run"
         return summary
+    summary.update(_reweighted_metrics(u, log_w, phi_a, psi_a, md, bins, n_boot, rng))
+    return summary
+
+
+class _Reference(NamedTuple):
+    """The MD data a generator is compared with: energies (kT), torsions (rad), its phi > 0 state."""
+
+    u_kT: np.ndarray
+    phi: np.ndarray
+    psi: np.ndarray
+    p_phi_positive: float
+    dF_phi_kT: float
+
+
+def _n_angles(phi: np.ndarray, psi: np.ndarray) -> int:
+    """Samples whose two torsions are both finite (those the Ramachandran histograms count)."""
+    return int(np.count_nonzero(np.isfinite(phi) & np.isfinite(psi)))
+
+
+def _energy_metrics(u: np.ndarray, md: _Reference, u_threshold: float) -> dict[str, Any]:
+    """The unweighted energy statistics of the samples and their distance to MD's (kT)."""
+    summary: dict[str, Any] = _energy_stats(u)
+    summary.update(
+        energy_shift_kT=_json_float(energy_shift(u, md.u_kT)),
+        low_energy_fraction=_json_float(low_energy_fraction(u, u_threshold)),
+        energy_w2=_json_float(energy_w2(md.u_kT, u)),
+    )
+    return summary
+
+
+def _angle_metrics(
+    phi: np.ndarray, psi: np.ndarray, md: _Reference, bins: int, rng: np.random.Generator
+) -> dict[str, Any]:
+    """Unweighted Ramachandran distances to MD with their MD floors, and the phi > 0 state vs MD's."""
+    n_angles = _n_angles(phi, psi)
+    p_raw, df_raw = _states(phi)
+    kl_floor, tv_floor = ramachandran_floor(md.phi, md.psi, n_angles, bins, rng=rng)
+    return dict(
+        ramachandran_kl=_json_float(ramachandran_kl(md.phi, md.psi, phi, psi, bins)),
+        ramachandran_tv=_json_float(ramachandran_tv(md.phi, md.psi, phi, psi, bins)),
+        ramachandran_kl_floor=_json_float(kl_floor),
+        ramachandran_tv_floor=_json_float(tv_floor),
+        ramachandran_floor_note=None
+        if math.isfinite(kl_floor) or n_angles == 0
+        else (f"floor undefined: the model's {n_angles} samples are not fewer than the {len(md.phi)} MD frames"),
+        p_phi_positive=_json_float(p_raw),
+        p_phi_positive_error=_json_float(p_raw - md.p_phi_positive),
+        dF_phi_kT=_json_float(df_raw),
+        dF_phi_error_kT=_json_float(df_raw - md.dF_phi_kT),
+    )
+
+
+def _reweighted_metrics(
+    u: np.ndarray,
+    log_w: np.ndarray,
+    phi: np.ndarray,
+    psi: np.ndarray,
+    md: _Reference,
+    bins: int,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> dict[str, float | None]:
+    """The `REWEIGHTED_KEYS`: the ESS with its bootstrap interval and the metrics under the weights."""
     weights = normalized_weights(log_w)
     ess = reverse_ess(log_w)
     low, high = reverse_ess_interval(log_w, n_boot, rng=rng)
-    kl_ess, tv_ess = ramachandran_floor(phi_md, psi_md, round(ess * n_angles) if ess == ess else 0, bins, rng=rng)
-    p_rw, df_rw = _states(phi_a, weights)
-    summary.update(
-        {
-            k: _json_float(v)
-            for k, v in dict(
-                reverse_ess=ess,
-                reverse_ess_ci_low=low,
-                reverse_ess_ci_high=high,
-                energy_shift_reweighted_kT=energy_shift(u, u_md_kT, weights),
-                energy_w2_reweighted=energy_w2(u_md_kT, u, weights),
-                ramachandran_kl_reweighted=ramachandran_kl(phi_md, psi_md, phi_a, psi_a, bins, weights=weights),
-                ramachandran_tv_reweighted=ramachandran_tv(phi_md, psi_md, phi_a, psi_a, bins, weights=weights),
-                ramachandran_kl_floor_ess=kl_ess,
-                ramachandran_tv_floor_ess=tv_ess,
-                p_phi_positive_reweighted=p_rw,
-                p_phi_positive_reweighted_error=p_rw - p_md,
-                dF_phi_reweighted_kT=df_rw,
-                dF_phi_reweighted_error_kT=df_rw - df_md,
-            ).items()
-        }
+    n_ess = round(ess * _n_angles(phi, psi)) if ess == ess else 0  # ess is nan without a finite weight
+    kl_ess, tv_ess = ramachandran_floor(md.phi, md.psi, n_ess, bins, rng=rng)
+    p_rw, df_rw = _states(phi, weights)
+    values = dict(
+        reverse_ess=ess,
+        reverse_ess_ci_low=low,
+        reverse_ess_ci_high=high,
+        energy_shift_reweighted_kT=energy_shift(u, md.u_kT, weights),
+        energy_w2_reweighted=energy_w2(md.u_kT, u, weights),
+        ramachandran_kl_reweighted=ramachandran_kl(md.phi, md.psi, phi, psi, bins, weights=weights),
+        ramachandran_tv_reweighted=ramachandran_tv(md.phi, md.psi, phi, psi, bins, weights=weights),
+        ramachandran_kl_floor_ess=kl_ess,
+        ramachandran_tv_floor_ess=tv_ess,
+        p_phi_positive_reweighted=p_rw,
+        p_phi_positive_reweighted_error=p_rw - md.p_phi_positive,
+        dF_phi_reweighted_kT=df_rw,
+        dF_phi_reweighted_error_kT=df_rw - md.dF_phi_kT,
     )
-    return summary
+    return {k: _json_float(v) for k, v in values.items()}
