@@ -334,23 +334,49 @@ def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> l
     start of the energy phase.
     """
 
-    def in_phase(name: str) -> Callable[[Mapping[str, Any]], bool]:
-        return lambda record: record.get("phase", "ml") == name
-
-    nll_ml = _series(records, "train_nll", in_phase("ml"))
-    nll_energy = _series(records, "train_nll", in_phase("energy"))
-    nll_test = _series(records, "test_nll")
-    energy = _series(records, "energy_median_kT")
-    band = [_series(records, key) for key in ("energy_q10_kT", "energy_q90_kT")]
-    energy_label = "median sample energy"
-    if not energy[1].size:  # records without quantiles
-        energy, band, energy_label = _series(records, "energy"), None, "mean sample energy"
+    energy, band, energy_label = _energy_series(records)
     residual = _series(records, "p4inv_residual")
-    residual = (residual[0][residual[1] > 0], residual[1][residual[1] > 0])
+    residual = (residual[0][residual[1] > 0], residual[1][residual[1] > 0])  # a log axis
     extra = [name for name, series in (("energy", energy), ("residual", residual)) if series[1].size]
     fig, axes = _new_figure(1 + len(extra), panel_size=(3.6, 2.8), sharex=True)
+    _nll_panel(axes[0], records)
+    for ax, name in zip(axes[1:], extra):
+        if name == "energy":
+            _energy_panel(ax, energy, band, energy_label)
+        else:
+            ax.plot(*residual, ".-", color="C4", ms=3)
+            ax.set_yscale("log")
+            ax.set_ylabel("P4Inv inverse residual")
+    energy_start = _series(records, "step", _in_phase("energy"))[1]
+    for ax in axes:
+        ax.set_xlabel("optimizer step")
+        if energy_start.size:
+            ax.axvline(energy_start.min(), color="0.5", ls=":", lw=0.8)
+    return _save(fig, path)
 
-    ax = axes[0]
+
+def _in_phase(name: str) -> Callable[[Mapping[str, Any]], bool]:
+    """Keeps the metrics-log rows of one training phase ("ml" / "energy"; rows without one are "ml")."""
+    return lambda record: record.get("phase", "ml") == name
+
+
+_Series = tuple[np.ndarray, np.ndarray]
+
+
+def _energy_series(records: Sequence[Mapping[str, Any]]) -> tuple[_Series, list[_Series] | None, str]:
+    """The sample energy to draw (kT), its 10-90 % band (None without quantiles) and its label."""
+    energy = _series(records, "energy_median_kT")
+    if not energy[1].size:  # records without quantiles
+        return _series(records, "energy"), None, "mean sample energy"
+    band = [_series(records, key) for key in ("energy_q10_kT", "energy_q90_kT")]
+    return energy, band, "median sample energy"
+
+
+def _nll_panel(ax: Any, records: Sequence[Mapping[str, Any]]) -> None:
+    """Training NLL per phase (noisy, with a running mean) and the test NLL as markers."""
+    nll_ml = _series(records, "train_nll", _in_phase("ml"))
+    nll_energy = _series(records, "train_nll", _in_phase("energy"))
+    nll_test = _series(records, "test_nll")
     for (steps, values), colour, label in ((nll_ml, "C0", "train (ML)"), (nll_energy, "C3", "train (ML + energy)")):
         if values.size:
             _plot_noisy(ax, steps, values, colour, label)
@@ -363,22 +389,12 @@ def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> l
     else:
         ax.text(0.5, 0.5, "no likelihood records", transform=ax.transAxes, ha="center", va="center")
 
-    for ax, name in zip(axes[1:], extra):
-        if name == "energy":
-            if band is not None and band[0][1].size == band[1][1].size == energy[1].size:
-                ax.fill_between(energy[0], band[0][1], band[1][1], color="C2", alpha=0.2, lw=0, label="10-90 %")
-            _plot_noisy(ax, *energy, "C2", energy_label)
-            ax.set_yscale("symlog", linthresh=ENERGY_LINTHRESH)
-            ax.set_ylabel("sample energy [$k_BT$]")
-            ax.legend(loc="upper right")
-        else:
-            ax.plot(*residual, ".-", color="C4", ms=3)
-            ax.set_yscale("log")
-            ax.set_ylabel("P4Inv inverse residual")
 
-    energy_start = _series(records, "step", in_phase("energy"))[1]
-    for ax in axes:
-        ax.set_xlabel("optimizer step")
-        if energy_start.size:
-            ax.axvline(energy_start.min(), color="0.5", ls=":", lw=0.8)
-    return _save(fig, path)
+def _energy_panel(ax: Any, energy: _Series, band: list[_Series] | None, label: str) -> None:
+    """Sample energy on a symlog axis (linear within +-ENERGY_LINTHRESH kT), with its band if complete."""
+    if band is not None and band[0][1].size == band[1][1].size == energy[1].size:
+        ax.fill_between(energy[0], band[0][1], band[1][1], color="C2", alpha=0.2, lw=0, label="10-90 %")
+    _plot_noisy(ax, *energy, "C2", label)
+    ax.set_yscale("symlog", linthresh=ENERGY_LINTHRESH)
+    ax.set_ylabel("sample energy [$k_BT$]")
+    ax.legend(loc="upper right")
