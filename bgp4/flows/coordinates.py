@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from bgp4.errors import InputError
+from bgp4.flows._layout import ZMatrixLayout, molecule_layout, rigid_pca, rigid_reference
 from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, place_atom
 from bgp4.flows.torsions import TORSION_MODES, TWO_PI, _goes_around, _sparsest_cut, _torsion_from_logit, _torsion_logit
 
@@ -81,58 +82,53 @@ class MixedCoordinateTransform(nn.Module):
         if torsions not in TORSION_MODES:
             raise InputError(f"torsions must be one of {TORSION_MODES}, got {torsions!r}")
         self.torsions = torsions
-        zm = np.asarray(z_matrix, dtype=np.int64).reshape(-1, 4)
-        rb = np.asarray(rigid_block, dtype=np.int64).ravel()
-        n_ic, n_rb = len(zm), len(rb)
-        if sorted(zm[:, 0].tolist() + rb.tolist()) != list(range(n_atoms)):
-            raise InputError("z-matrix atoms and rigid block must cover every atom exactly once")
-        fixed = sorted({int(i) for i in fixed_rows})
-        if any(not 0 <= i < n_ic for i in fixed):
-            raise InputError(f"fixed_rows must index z-matrix rows 0..{n_ic - 1}, got {fixed}")
-        k = 3 * n_rb - 6 if n_rigid_dims is None else int(n_rigid_dims)
-        if not 1 <= k <= 3 * n_rb:
-            raise InputError(f"n_rigid_dims must be in 1..{3 * n_rb}, got {k}")
-        self.z_matrix, self.rigid_block, self.n_atoms = zm.tolist(), rb.tolist(), int(n_atoms)
-        self.fixed_rows, self.n_rigid_dims, self.n_ic = fixed, k, n_ic
-        free = [i for i in range(n_ic) if i not in fixed]
-        self.n_free_bonds = len(free)
-        self.n_dims = len(free) + 2 * n_ic + k
+        layout = ZMatrixLayout.checked(z_matrix, rigid_block, n_atoms, fixed_rows, n_rigid_dims)
+        self.z_matrix, self.rigid_block, self.n_atoms = (
+            layout.z_matrix.tolist(),
+            layout.rigid_block.tolist(),
+            int(n_atoms),
+        )
+        self.fixed_rows, self.n_rigid_dims, self.n_ic = layout.fixed, layout.n_rigid_dims, layout.n_ic
+        self.n_free_bonds = len(layout.free)
+        self.n_dims = layout.n_dims
+        self._register_fitted(layout)
+        self._register_indices(layout)
 
-        def buf(name: str, *shape: int) -> None:
+    def _register_fitted(self, layout: ZMatrixLayout) -> None:
+        """Zero buffers for what `fit` sets (float64; saved in the state dict)."""
+        n_free, n_ic, n_rb, k = len(layout.free), layout.n_ic, len(layout.rigid_block), layout.n_rigid_dims
+        shapes = dict(
+            bond_mean=(n_free,),
+            bond_std=(n_free,),
+            fixed_bond_length=(len(layout.fixed),),
+            angle_mean=(n_ic,),
+            angle_std=(n_ic,),
+            torsion_mean=(n_ic,),
+            torsion_std=(n_ic,),
+            torsion_cut=(n_ic,),
+            rigid_ref=(n_rb, 3),
+            rigid_mean=(3 * n_rb,),
+            pca_vectors=(3 * n_rb, k),
+            pca_std=(k,),
+            pca_eigenvalues=(3 * n_rb,),
+            fit_max_rmsd=(),
+        )
+        for name, shape in shapes.items():
             self.register_buffer(name, torch.zeros(shape, dtype=_F64))
-
-        buf("bond_mean", len(free))
-        buf("bond_std", len(free))
-        buf("fixed_bond_length", len(fixed))
-        buf("angle_mean", n_ic)
-        buf("angle_std", n_ic)
-        buf("torsion_mean", n_ic)
-        buf("torsion_std", n_ic)
-        buf("torsion_cut", n_ic)
-        buf("rigid_ref", n_rb, 3)
-        buf("rigid_mean", 3 * n_rb)
-        buf("pca_vectors", 3 * n_rb, k)
-        buf("pca_std", k)
-        buf("pca_eigenvalues", 3 * n_rb)
-        buf("fit_max_rmsd")
         self.register_buffer("torsion_circular", torch.zeros(n_ic, dtype=torch.bool))
+
+    def _register_indices(self, layout: ZMatrixLayout) -> None:
+        """Index buffers of the layout (not saved: the structure rebuilds them) and the placement levels."""
 
         def idx(name: str, values) -> None:
             self.register_buffer(name, torch.as_tensor(np.asarray(values, dtype=np.int64)), persistent=False)
 
-        idx("_ic_cols", zm.T)  # (4, n_ic): atom, bond, angle, torsion partner
-        idx("_rigid_idx", rb)
-        idx("_free_rows", free)
-        # Column of [free bonds | fixed bonds] that holds row i's bond.
-        idx("_bond_gather", [free.index(i) if i in free else len(free) + fixed.index(i) for i in range(n_ic)])
-        # Placement levels: rows whose references all exist, placed together.
-        placed, remaining, self._levels = set(rb.tolist()), list(range(n_ic)), []
-        while remaining:
-            level = [i for i in remaining if set(zm[i, 1:].tolist()) <= placed]
-            if not level:
-                raise InputError("z-matrix references atoms that are never placed")
-            placed |= {int(zm[i, 0]) for i in level}
-            remaining = [i for i in remaining if i not in level]
+        idx("_ic_cols", layout.z_matrix.T)  # (4, n_ic): atom, bond, angle, torsion partner
+        idx("_rigid_idx", layout.rigid_block)
+        idx("_free_rows", layout.free)
+        idx("_bond_gather", layout.bond_gather())
+        self._levels = []  # names of the buffers of rows placed together
+        for level in layout.levels:
             idx(f"_level{len(self._levels)}", level)
             self._levels.append(f"_level{len(self._levels)}")
 
@@ -180,15 +176,7 @@ class MixedCoordinateTransform(nn.Module):
     def _for_molecule(
         cls, molecule: Molecule, fix_constrained: bool, n_rigid_dims: Optional[int], torsions: str = "logit"
     ):
-        from bgp4.simulation.molecule import constrained_bonds, constraint_free_layout
-
-        lengths = constrained_bonds(molecule) if fix_constrained else {}
-        if fix_constrained:
-            zm, block = constraint_free_layout(molecule)
-        else:
-            zm, block = molecule.z_matrix, molecule.rigid_block
-        zm = np.asarray(zm).tolist()
-        fixed = [i for i, row in enumerate(zm) if (min(row[:2]), max(row[:2])) in lengths]
+        zm, block, fixed, lengths = molecule_layout(molecule, fix_constrained)
         return cls(zm, block, molecule.n_atoms, fixed, n_rigid_dims, torsions), lengths
 
     def free_constrained_pairs(self, pairs) -> list[tuple[int, int]]:
@@ -251,32 +239,20 @@ class MixedCoordinateTransform(nn.Module):
 
     def _fit_rigid(self, block: torch.Tensor, max_rmsd: float, iterations: int = 3) -> None:
         """Reference = mean of the superposed blocks (iterated); PCA of the superposed blocks."""
-        ref = block[0] - block[0].mean(0)
-        for _ in range(iterations):
-            c, rt = kabsch(block, ref)
-            ref = ((block - c) @ rt).mean(0)
-            ref = ref - ref.mean(0)
-        self.rigid_ref.copy_(ref)
+        self.rigid_ref.copy_(rigid_reference(block, iterations))
         aligned = self._align_block(block)
-        rmsd = (aligned - ref).square().sum(-1).mean(-1).sqrt()
+        rmsd = (aligned - self.rigid_ref).square().sum(-1).mean(-1).sqrt()
         self.fit_max_rmsd.copy_(rmsd.max())
         if rmsd.max() > max_rmsd:
             raise InputError(
                 f"rigid block of a training frame is {rmsd.max():.3f} nm RMSD from the reference "
                 f"after superposition (limit {max_rmsd} nm): frames are not of this molecule"
             )
-        flat = aligned.reshape(len(aligned), -1)
-        mean = flat.mean(0)
-        evals, evecs = torch.linalg.eigh(torch.cov((flat - mean).T))
-        evals, evecs = evals.flip(0), evecs.flip(1)  # descending variance
-        evecs = evecs * torch.sign(evecs[evecs.abs().argmax(0), torch.arange(evecs.shape[1])])  # fixed signs
-        k = self.n_rigid_dims
-        if evals[k - 1] <= 1e-14:
-            raise InputError("rigid block of the training frames does not move in enough directions for the PCA")
+        mean, evals, vectors, std = rigid_pca(aligned.reshape(len(aligned), -1), self.n_rigid_dims)
         self.rigid_mean.copy_(mean)
         self.pca_eigenvalues.copy_(evals)
-        self.pca_vectors.copy_(evecs[:, :k])
-        self.pca_std.copy_(evals[:k].sqrt())
+        self.pca_vectors.copy_(vectors)
+        self.pca_std.copy_(std)
 
     # ------------------------------------------------------------------ helpers
     def _b(self, name: str) -> torch.Tensor:
