@@ -20,6 +20,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,11 @@ from bgp4.simulation.md import (
     record_dtype,
 )
 
+if TYPE_CHECKING:
+    import openmm
+
+    from bgp4.simulation.molecule import Molecule
+
 __all__ = ["ERROR_FILE", "main", "run_replica"]
 
 ERROR_FILE = "replica-{}.error.txt"
@@ -47,13 +53,9 @@ def run_replica(workdir: str, replica: int, settings: dict, progress: Callable[[
     `progress(n)` is told the frames held so far: at the start, every PROGRESS_EVERY frames and at
     each checkpoint. Positions are stored in nm, energies in kJ/mol.
     """
-    import openmm
-
-    from bgp4.platform import get_platform
     from bgp4.simulation.molecule import get_molecule
 
     s = MDSettings(**settings)
-    target = s.frames_of(replica)
     seed = s.seeds()[replica]
     work = Path(workdir)
     state_path, frames_path = work / STATE_FILE.format(replica), work / FRAMES_FILE.format(replica)
@@ -61,25 +63,54 @@ def run_replica(workdir: str, replica: int, settings: dict, progress: Callable[[
 
     molecule = get_molecule(s.molecule)
     record = record_dtype(molecule.n_atoms)
-    integrator = openmm.LangevinMiddleIntegrator(s.temperature, s.friction, s.timestep_fs / 1000.0)
-    integrator.setRandomNumberSeed(seed)
-    platform, props = get_platform(s.platform)
-    context = openmm.Context(molecule.system, integrator, platform, props)
-
-    state = _read_state(state_path)
-    if state is None:
-        done = 0
-        context.setPositions(molecule.positions)
-        openmm.LocalEnergyMinimizer.minimize(context)
-        context.setVelocitiesToTemperature(s.temperature, seed)
-        integrator.step(int(round(s.equilibration_ps * 1000.0 / s.timestep_fs)))
-        atomic_write(state_path, json.dumps({"frames": 0}).encode() + b"\n" + context.createCheckpoint())
-    else:
-        done, checkpoint = state
-        context.loadCheckpoint(checkpoint)
+    integrator, context = _context(molecule, s, seed)
+    done = _start(context, integrator, molecule, s, seed, state_path)
     with open(frames_path, "ab") as f:
         f.truncate(done * record.itemsize)  # drop records written after the last checkpoint
     tell(done)
+    _check_units(context)
+    _run(context, integrator, s, record, done, s.frames_of(replica), frames_path, state_path, tell)
+
+
+def _context(molecule: Molecule, s: MDSettings, seed: int) -> tuple[openmm.Integrator, openmm.Context]:
+    """The Langevin integrator (seeded) and the OpenMM context of the replica."""
+    import openmm
+
+    from bgp4.platform import get_platform
+
+    integrator = openmm.LangevinMiddleIntegrator(s.temperature, s.friction, s.timestep_fs / 1000.0)
+    integrator.setRandomNumberSeed(seed)
+    platform, props = get_platform(s.platform)
+    return integrator, openmm.Context(molecule.system, integrator, platform, props)
+
+
+def _start(
+    context: openmm.Context,
+    integrator: openmm.Integrator,
+    molecule: Molecule,
+    s: MDSettings,
+    seed: int,
+    state_path: Path,
+) -> int:
+    """Resume the replica from its checkpoint, or minimize, equilibrate and write its first one; frames held."""
+    import openmm
+
+    state = _read_state(state_path)
+    if state is not None:
+        done, checkpoint = state
+        context.loadCheckpoint(checkpoint)
+        return done
+    context.setPositions(molecule.positions)
+    openmm.LocalEnergyMinimizer.minimize(context)
+    context.setVelocitiesToTemperature(s.temperature, seed)
+    integrator.step(int(round(s.equilibration_ps * 1000.0 / s.timestep_fs)))
+    atomic_write(state_path, json.dumps({"frames": 0}).encode() + b"\n" + context.createCheckpoint())
+    return 0
+
+
+def _check_units(context: openmm.Context) -> None:
+    """Refuse a platform whose raw values are not nm and kJ/mol (`_run` reads them without units)."""
+    import openmm
 
     # Quantity unit conversion costs ~35 us a frame (10 % of the MD); check the units once,
     # then read the raw values.
@@ -89,6 +120,20 @@ def run_replica(workdir: str, replica: int, settings: dict, progress: Callable[[
         or probe.getPotentialEnergy().unit != openmm.unit.kilojoule_per_mole
     ):
         raise Bgp4Error("OpenMM returned positions or energies in unexpected units")
+
+
+def _run(
+    context: openmm.Context,
+    integrator: openmm.Integrator,
+    s: MDSettings,
+    record: np.dtype,
+    done: int,
+    target: int,
+    frames_path: Path,
+    state_path: Path,
+    tell: Callable[[int], None],
+) -> None:
+    """Append frames from `done` to `target`, fsynced and checkpointed every CHECKPOINT_EVERY frames."""
     buffer = np.empty(CHECKPOINT_EVERY, dtype=record)
     xyz, epot, ekin = buffer["xyz"], buffer["epot"], buffer["ekin"]  # field views, made once
     with open(frames_path, "ab") as f:
