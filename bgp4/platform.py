@@ -56,7 +56,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("--device cuda asked for, but torch sees no GPU")
+        raise InputError(f"device {name!r} (--device) asks for CUDA, but torch sees no GPU")
     try:
         return torch.device(name)
     except RuntimeError:

@@ -91,6 +91,13 @@ MODELS = kind_names()
 SPLINE_MODELS = tuple(k.name for k in KINDS.values() if k.circular)
 COMPILE_MODES = ("auto", "on", "off")
 LR_SCHEDULES = ("auto", "constant", "cosine")
+#: Settings without a command-line option (a config file or the API sets them).
+_NO_FLAG = ("checkpoint_minutes",)
+
+
+def _named(name: str) -> str:
+    """A setting as error messages name it: the keyword (for API users), then its option in parentheses."""
+    return name if name in _NO_FLAG else f"{name} (--{name.replace('_', '-')})"
 
 
 #: blocks, hidden width and spline bins of each kind when a setting is 0 (paper kinds: appendix F).
@@ -140,36 +147,38 @@ class TrainSettings:
         kind = get_kind(self.model, what="model")
         for name in ("steps", "energy_steps", "workers", "seed"):
             if getattr(self, name) < 0:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+                raise InputError(f"{_named(name)} must be >= 0, got {getattr(self, name)}")
         for name in ("batch", "merge_every", "force_every", "correct_every", "eval_every"):
             if getattr(self, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{_named(name)} must be >= 1, got {getattr(self, name)}")
         if not self.penalty_weight >= 0:
-            raise InputError(f"--penalty-weight must be >= 0, got {self.penalty_weight}")
+            raise InputError(f"penalty_weight (--penalty-weight) must be >= 0, got {self.penalty_weight}")
         for name in ("lr", "energy_lr", "checkpoint_minutes"):
             if not getattr(self, name) > 0:
-                raise InputError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+                raise InputError(f"{_named(name)} must be positive, got {getattr(self, name)}")
         if self.temperature is not None and not self.temperature > 0:
-            raise InputError(f"--temperature must be positive (K), got {self.temperature}")
+            raise InputError(f"temperature (--temperature) must be positive (K), got {self.temperature}")
         if self.energy_weight < 0:
-            raise InputError(f"--energy-weight must be >= 0, got {self.energy_weight}")
+            raise InputError(f"energy_weight (--energy-weight) must be >= 0, got {self.energy_weight}")
         if not 0.0 < self.test_fraction < 1.0:
-            raise InputError(f"--test-fraction must be in (0, 1), got {self.test_fraction}")
+            raise InputError(f"test_fraction (--test-fraction) must be in (0, 1), got {self.test_fraction}")
         if self.compile not in COMPILE_MODES:
-            raise InputError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
+            raise InputError(f"compile (--compile) must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise InputError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
         for name in ("blocks", "hidden", "bins"):
             if getattr(self, name) < 0:
-                raise InputError(f"--{name} must be >= 0 (0: the kind's default), got {getattr(self, name)}")
+                raise InputError(f"{_named(name)} must be >= 0 (0: the kind's default), got {getattr(self, name)}")
         if self.bins and not 2 <= self.bins <= 64:
-            raise InputError(f"--bins must be in 2..64, got {self.bins}")
+            raise InputError(f"bins (--bins) must be in 2..64, got {self.bins}")
         if self.bins and not kind.bins:
-            raise InputError(f"--bins applies to the spline kinds only, not {self.model}")
+            raise InputError(f"bins (--bins) applies to the spline kinds only, not {self.model}")
         if self.lr_schedule not in LR_SCHEDULES:
-            raise InputError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+            raise InputError(
+                f"lr_schedule (--lr-schedule) must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"
+            )
         if self.clip_grad < 0 and self.clip_grad != -1:
-            raise InputError(f"--clip-grad must be >= 0 (or -1 for auto), got {self.clip_grad}")
+            raise InputError(f"clip_grad (--clip-grad) must be >= 0 (or -1 for auto), got {self.clip_grad}")
         spline = kind.circular  # spline couplings train with a cosine schedule and clipped gradients
         arch = kind.architecture(self.blocks, self.hidden, self.bins)
         return dataclasses.replace(
@@ -196,13 +205,13 @@ class SampleSettings:
 
     def validated(self) -> SampleSettings:
         if self.n < 1:
-            raise InputError(f"--n must be at least 1, got {self.n}")
+            raise InputError(f"n (--n) must be at least 1, got {self.n}")
         if self.batch < 1:
-            raise InputError(f"--batch must be at least 1, got {self.batch}")
+            raise InputError(f"batch (--batch) must be at least 1, got {self.batch}")
         if self.workers < 0:
-            raise InputError(f"--workers must be >= 0, got {self.workers}")
+            raise InputError(f"workers (--workers) must be >= 0, got {self.workers}")
         if self.seed < 0:
-            raise InputError(f"--seed must be >= 0, got {self.seed}")
+            raise InputError(f"seed (--seed) must be >= 0, got {self.seed}")
         return self
 
 

@@ -91,5 +91,5 @@ def test_the_kind_registry_is_the_one_list_of_generator_kinds():
         get_kind("glow")
     with pytest.raises(InputError, match="unknown model 'glow'; choose one of rnvp, p4inv"):
         TrainSettings(model="glow").validated()
-    with pytest.raises(InputError, match="--bins applies to the spline kinds only"):
+    with pytest.raises(InputError, match=r"bins \(--bins\) applies to the spline kinds only"):
         TrainSettings(model="p4inv", bins=8).validated()

@@ -222,13 +222,13 @@ def test_temperature_must_be_known_to_sample_and_analyze(trained_run, tmp_path):
     del complete["temperature"]
     (copy / "complete.json").write_text(json.dumps(complete))
     settings = SampleSettings(n=20, batch=20, workers=1)
-    with pytest.raises(InputError, match="records no temperature; pass --temperature"):
+    with pytest.raises(InputError, match=r"records no temperature; pass temperature \(--temperature\)"):
         sample_run(copy, settings, out=tmp_path / "a.h5", progress=False)
     summary, _ = sample_run(copy, settings, out=tmp_path / "a.h5", progress=False, temperature=600.0)
     assert summary["samples"] == 20
-    with pytest.raises(InputError, match="records 600 K, but --temperature says 500 K"):
+    with pytest.raises(InputError, match=r"records 600 K, but temperature \(--temperature\) says 500 K"):
         sample_run(run, settings, out=tmp_path / "b.h5", progress=False, temperature=500.0)
     plain = tmp_path / "plain.h5"
     mdtraj.load(str(data)).save_hdf5(str(plain))  # frames only, no bgp4 settings
-    with pytest.raises(InputError, match="records no temperature; pass --temperature"):
+    with pytest.raises(InputError, match=r"records no temperature; pass temperature \(--temperature\)"):
         analyze(plain, [run], tmp_path / "report", workers=1)

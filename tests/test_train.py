@@ -529,12 +529,12 @@ def test_plain_mdtraj_data_needs_a_temperature(md_file, tmp_path):
     plain = tmp_path / "plain.h5"
     mdtraj.load(str(md_file)).save_hdf5(str(plain))  # frames only: no bgp4 settings, no temperature
     settings = TrainSettings(data=str(plain), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
-    with pytest.raises(InputError, match="records no temperature; pass --temperature"):
+    with pytest.raises(InputError, match=r"records no temperature; pass temperature \(--temperature\)"):
         train(settings, tmp_path / "refused", progress=False)
     assert not (tmp_path / "refused").exists()
     summary, _ = train(replace(settings, temperature=450.0), tmp_path / "run", progress=False)
     assert summary["temperature"] == 450.0
-    with pytest.raises(InputError, match="records 600 K, but --temperature says 300 K"):
+    with pytest.raises(InputError, match=r"records 600 K, but temperature \(--temperature\) says 300 K"):
         train(replace(settings, data=str(md_file), temperature=300.0), tmp_path / "x", progress=False)
 
 

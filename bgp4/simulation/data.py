@@ -132,12 +132,14 @@ def resolve_temperature(recorded: float | None, given: float | None, source: str
     """
     if recorded is None:
         if given is None:
-            raise InputError(f"{source} records no temperature; pass --temperature in K")
+            raise InputError(f"{source} records no temperature; pass temperature (--temperature) in K")
         if not given > 0:
-            raise InputError(f"--temperature must be positive (K), got {given}")
+            raise InputError(f"temperature (--temperature) must be positive (K), got {given}")
         return float(given)
     if given is not None and float(given) != float(recorded):
-        raise InputError(f"{source} records {float(recorded):g} K, but --temperature says {float(given):g} K")
+        raise InputError(
+            f"{source} records {float(recorded):g} K, but temperature (--temperature) says {float(given):g} K"
+        )
     return float(recorded)
 
 

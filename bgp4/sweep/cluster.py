@@ -31,7 +31,7 @@ def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, 
 
         gpus = torch.cuda.device_count()
         if gpus == 0:
-            raise InputError("--gpus-per-run asks for GPUs, but torch sees none on this machine")
+            raise InputError("gpus_per_run (--gpus-per-run) asks for GPUs, but torch sees none on this machine")
         size = min(size, max(1, int(gpus / gpus_per_run)))
     return max(1, workers if workers else min(size, n_tasks))
 
