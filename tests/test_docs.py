@@ -2,7 +2,9 @@
 
 Every ```python block of docs/ is an example a reader may paste into a script or a notebook cell,
 so each one runs on its own from an empty directory, both ways. Pages show anything costly as a
-```bash command instead.
+```bash command instead, except an example that starts worker processes (a sweep on a local Dask
+cluster): it needs the `if __name__ == "__main__":` guard in a script, which is the one use of
+`__name__` an example may make, and it runs in the slow tests only.
 """
 
 from __future__ import annotations
@@ -60,6 +62,19 @@ def _examples() -> list[tuple[str, str]]:
 
 
 EXAMPLES = _examples()
+#: The one use of `__name__` an example may make, at its top level.
+GUARD = "__name__ == '__main__'"
+
+
+def _guards(code: str) -> int:
+    """Top-level `if __name__ == "__main__":` statements of an example."""
+    return sum(isinstance(node, ast.If) and ast.unparse(node.test) == GUARD for node in ast.parse(code).body)
+
+
+def _params() -> list:
+    # an example with the guard starts worker processes (multiprocessing spawn imports the script
+    # again in each): it takes more than a few seconds
+    return [pytest.param(code, id=name, marks=[pytest.mark.slow] if _guards(code) else []) for name, code in EXAMPLES]
 
 
 def _env() -> dict[str, str]:
@@ -71,8 +86,10 @@ def test_examples_are_there_and_fit_a_notebook():
     assert len(EXAMPLES) >= 2
     for name, code in EXAMPLES:
         compile(code, name, "exec")
-        # a notebook cell has no __file__, and a guard would keep the example from running there
-        assert "__file__" not in code and "__name__" not in code, name
+        # a notebook cell has no __file__; the one use of __name__ is the guard, which holds in a
+        # notebook too (its cells run as __main__), so the example runs there in full
+        assert "__file__" not in code, name
+        assert code.count("__name__") == _guards(code) <= 1, name
     other = [
         line
         for page in DOCS.rglob("*.md")
@@ -82,7 +99,15 @@ def test_examples_are_there_and_fit_a_notebook():
     assert other == []  # an example fenced another way would escape these tests
 
 
-@pytest.mark.parametrize("code", [c for _, c in EXAMPLES], ids=[n for n, _ in EXAMPLES])
+def test_the_guard_rule_is_read():
+    guarded = 'import os\n\nif __name__ == "__main__":\n    print(os.getcwd())\n'
+    assert _guards(guarded) == guarded.count("__name__") == 1
+    assert _guards("if __name__ != '__main__':\n    pass\n") == 0
+    assert _guards("print(__name__)\n") == 0
+    assert any(_guards(code) for _, code in EXAMPLES)  # docs/guide/sweep.md: a sweep from a script
+
+
+@pytest.mark.parametrize("code", _params())
 def test_example_runs_as_a_script(code, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(code)

@@ -3,10 +3,15 @@
 Modules:
     model: the generator kinds built from `bgp4.flows` and a molecule.
     losses: training objectives (likelihood, the energy phase, the P4Inv penalty).
-    train: the training stage (resumable run directories).
+    train: the training stage (resumable run directories): a thin Trainer over
+        training_data (the split, flow coordinates and batches), loop (optimizer, P4Inv
+        schedule, learning rate, one step, the metrics records) and checkpoint (the whole
+        training state in one file, so that a resumed run equals an unbroken one).
     rundir: what a run directory holds.
     sample: drawing samples with energies and importance weights.
-    refine, targets: annealed importance sampling in the latent space.
+    refine, targets: annealed importance sampling in the latent space, with chains (the
+        annealed samples and where a killed refinement resumes from) and moves (HMC/MALA,
+        independence Metropolis, resampling).
 """
 
 __all__: list[str] = []
