@@ -180,15 +180,18 @@ def test_pipeline_runs_and_skips_complete_stages(tmp_path, monkeypatch):
         "train": {**TINY, "steps": 20, "energy_steps": 2, "eval_every": 10},
         "sample": {"n": 200, "batch": 100, "workers": 1},
         "models": ("rnvp", "p4inv"),
+        "refine": {"p4inv": {"levels": 2, "steps": 0, "pilot": 10}},
     }
     monkeypatch.setitem(pipeline.PRESETS, "tiny", tiny)
     said: list[str] = []
     metrics = pipeline.run_pipeline("tiny", tmp_path / "out", progress=False, say=said.append)
-    assert set(metrics["models"]) == {"rnvp", "p4inv"}
+    assert set(metrics["models"]) == {"rnvp", "p4inv", "p4inv +AIS(2)"}
+    assert (tmp_path / "out" / "runs" / "p4inv" / "samples-refined.h5").exists()
+    assert any(line.startswith("refine p4inv: done; AIS with 2 levels") for line in said), said
     assert (tmp_path / "out" / "report" / "report.md").exists()
     said.clear()
     pipeline.run_pipeline("tiny", tmp_path / "out", progress=False, say=said.append)
-    assert sum("skipped" in line for line in said) == 5, said
+    assert sum("skipped" in line for line in said) == 6, said
 
 
 def test_sample_and_analyze_commands_succeed(trained_run, tmp_path, cli):
@@ -232,3 +235,17 @@ def test_temperature_must_be_known_to_sample_and_analyze(trained_run, tmp_path):
     mdtraj.load(str(data)).save_hdf5(str(plain))  # frames only, no bgp4 settings
     with pytest.raises(InputError, match=r"records no temperature; pass temperature \(--temperature\)"):
         analyze(plain, [run], tmp_path / "report", workers=1)
+
+
+def test_every_preset_holds_valid_settings():
+    from bgp4 import pipeline
+    from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
+    from bgp4.simulation.md import MDSettings
+
+    for name, preset in pipeline.PRESETS.items():
+        MDSettings(**preset["md"]).resolved()
+        SampleSettings(**preset["sample"]).validated()
+        for model in preset["models"]:
+            assert TrainSettings(model=model, **pipeline.preset_train_settings(name, model)).validated().model == model
+        for model, refine in preset.get("refine", {}).items():
+            assert model in preset["models"] and RefineSettings(**refine).validated().levels > 0
