@@ -14,6 +14,8 @@ from typing import Any
 
 from bgp4.errors import InputError
 from bgp4.kinds import KINDS
+from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
+from bgp4.simulation.md import MDSettings, completed, simulate
 
 #: The kinds with spline couplings: the paper preset gives them their own training settings.
 _SPLINE_KINDS = tuple(name for name, kind in KINDS.items() if kind.circular)
@@ -66,6 +68,7 @@ def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
 
 def _refine(run: Path, sample: Any, refine: Any, progress: bool, say: Callable[[str], None]) -> None:
     """AIS refinement of a run's samples, as `bgp4 sample RUN --refine K` does."""
+    # lazy: the CLI imports this module at its start (PRESETS), which stays free of torch
     from bgp4.generator.sample import refine_run
     from bgp4.report.analyze import format_number
 
@@ -85,11 +88,10 @@ def run_pipeline(
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run (or finish) every stage of `preset` into `out`; returns the analysis metrics."""
-    from bgp4.generator.sample import SampleSettings, sample_run
+    # lazy: as in _refine
+    from bgp4.generator.sample import sample_run
     from bgp4.generator.train import train
     from bgp4.report.analyze import analyze, format_number
-    from bgp4.settings import RefineSettings, TrainSettings
-    from bgp4.simulation.md import MDSettings, completed, simulate
 
     if preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")

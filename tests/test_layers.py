@@ -2,9 +2,15 @@
 
 Every import of a bgp4 module counts, also those inside functions or under TYPE_CHECKING; imports
 of other packages (torch, OpenMM, Dask), lazy or not, are not part of the graph.
+
+The package's own imports sit at the top of each module, except in the modules the CLI loads at
+its start (and the MD replica process), which import the heavy parts lazily: the last test holds
+that start-up free of them.
 """
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import networkx as nx
@@ -83,3 +89,13 @@ def test_the_graph_is_read():
     graph = import_graph()
     assert ("bgp4.cli._app", "bgp4.errors") in graph.edges
     assert graph.number_of_edges() > 50
+
+
+#: Third-party packages the CLI's start-up (and so `bgp4 --help`) must not load.
+HEAVY = ("torch", "openmm", "distributed", "matplotlib", "mdtraj")
+
+
+def test_cli_start_up_is_free_of_heavy_imports():
+    code = f"import sys, bgp4.cli; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

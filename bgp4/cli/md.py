@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
-from bgp4.simulation.md import MDSettings
+from bgp4.simulation.md import MDSettings, completed
+from bgp4.simulation.md import simulate as run_md
 
 __all__ = ["simulate"]
 
@@ -56,9 +57,6 @@ def simulate(
     Defaults are the paper's 600 K protocol. A run cut off at any moment resumes when the same
     command is run again; rerunning a finished one reports it and exits.
     """
-    from bgp4.simulation.md import completed
-    from bgp4.simulation.md import simulate as run_md
-
     settings = MDSettings(
         frames=frames,
         temperature=temperature,

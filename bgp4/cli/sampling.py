@@ -9,6 +9,7 @@ import typer
 
 from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
 from bgp4.errors import InputError
+from bgp4.report.aggregate import write_sweep_report
 from bgp4.settings import RefineSettings, SampleSettings
 
 __all__ = ["STALLED_INDEPENDENCE", "analyze", "sample"]
@@ -82,6 +83,7 @@ def sample(
     flagged and counted. With --refine K the same samples are then annealed towards the
     Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
     """
+    # lazy: keeps the CLI's start-up free of torch and OpenMM
     from bgp4.generator.sample import refine_run, sample_run
     from bgp4.report.analyze import format_number
 
@@ -157,14 +159,12 @@ def analyze(
 ) -> None:
     """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
     if sweep_dir is not None:
-        from bgp4.report.aggregate import write_sweep_report
-
         if runs:
             raise InputError("give either run directories or --sweep DIR, not both")
         write_sweep_report(sweep_dir, refresh=refresh, workers=workers)
         typer.echo(f"report written to {sweep_dir / 'report' / 'report.md'}")
         return
-    from bgp4.report.analyze import analyze as run_analysis
+    from bgp4.report.analyze import analyze as run_analysis  # lazy: keeps the CLI's start-up free of torch
 
     if not runs:
         raise InputError("name the run directories to analyze (or --sweep DIR)")

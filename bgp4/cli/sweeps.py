@@ -13,7 +13,8 @@ import typer
 from bgp4.cli._app import default_of, handles_errors
 from bgp4.cli.training import train
 from bgp4.errors import InputError
-from bgp4.settings import SampleSettings, TrainSettings
+from bgp4.pipeline import PRESETS, run_pipeline
+from bgp4.settings import SampleSettings, TrainSettings, merge_settings, read_config_file
 
 __all__ = ["pipeline", "sweep"]
 
@@ -29,8 +30,6 @@ def pipeline(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Simulate, train RNVP and P4Inv, sample and analyze; completed stages are skipped on rerun."""
-    from bgp4.pipeline import run_pipeline
-
     run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo)
 
 
@@ -104,9 +103,7 @@ def sweep(
     run again and resumes from the checkpoint, and the same command run again skips finished runs. The report gives each
     metric's mean and 95 % interval over seeds and paired differences against the first model.
     """
-    from bgp4.pipeline import PRESETS
-    from bgp4.settings import merge_settings, read_config_file
-    from bgp4.sweep.runner import plan_sweep, run_sweep
+    from bgp4.sweep.runner import plan_sweep, run_sweep  # lazy: keeps the CLI's start-up free of Dask
 
     if preset is not None and preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from bgp4.cli._app import default_of, handles_errors
-from bgp4.settings import TrainSettings
+from bgp4.settings import TrainSettings, merge_settings, read_config_file
 
 __all__ = ["train"]
 
@@ -161,9 +161,9 @@ def train(
     Defaults are the paper's. Killed at any moment and rerun with the same command, training
     resumes from its last checkpoint; rerunning a finished run reports it and exits.
     """
+    # lazy: keeps the CLI's start-up free of torch and OpenMM
     from bgp4.generator.train import train as run_training
     from bgp4.report.analyze import format_number
-    from bgp4.settings import merge_settings, read_config_file
 
     flags = dict(
         data=str(data) if data else None,

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from bgp4.errors import InputError
 from bgp4.flows.geometry import kabsch
-
-if TYPE_CHECKING:
-    from bgp4.simulation.molecule import Molecule
+from bgp4.simulation.molecule import Molecule, constrained_bonds, constraint_free_layout
 
 __all__ = ["ZMatrixLayout", "molecule_layout", "rigid_pca", "rigid_reference"]
 
@@ -107,8 +105,6 @@ def molecule_layout(
     With `fix_constrained` the layout is `constraint_free_layout`'s and every constrained bond is a
     fixed row; else the molecule's own layout, nothing fixed and no lengths.
     """
-    from bgp4.simulation.molecule import constrained_bonds, constraint_free_layout
-
     lengths = constrained_bonds(molecule) if fix_constrained else {}
     if fix_constrained:
         zm, block = constraint_free_layout(molecule)

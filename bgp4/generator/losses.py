@@ -9,6 +9,8 @@ import math
 
 import torch
 
+from bgp4.simulation.energy import regularize_energy
+
 __all__ = ["energy_phase_loss", "grad_norm", "likelihood_loss", "p4inv_penalty"]
 
 
@@ -36,8 +38,6 @@ def energy_phase_loss(
     log q is wrong); 0 when there are none. Returns the loss and what the metrics log records
     (energy mean and 10/50/90 % quantiles over finite in-domain samples, in kT).
     """
-    from bgp4.simulation.energy import regularize_energy
-
     # samples outside the internal-coordinate domain have a wrong log q: keep them out of the KL
     kl = (regularize_energy(u) + log_q)[ok].mean() if bool(ok.any()) else nll.new_zeros(())
     w_l = 1.0 / (1.0 + energy_weight)

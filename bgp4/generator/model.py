@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -27,9 +27,7 @@ from bgp4.flows.coupling import AffineCoupling
 from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
 from bgp4.kinds import KINDS, get_kind
-
-if TYPE_CHECKING:
-    from bgp4.simulation.molecule import Molecule
+from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, constrained_bonds, get_molecule
 
 __all__ = [
     "BoltzmannGenerator",
@@ -135,14 +133,10 @@ class BoltzmannGenerator(nn.Module):
     @property
     def molecule_name(self) -> str:
         """Name of the molecule the generator was fitted to (files of older versions: the default)."""
-        from bgp4.simulation.molecule import DEFAULT_MOLECULE
-
         return str(self.config.get("molecule", DEFAULT_MOLECULE))
 
     def molecule(self) -> Molecule:
         """The molecule (OpenMM system, topology) the generator was fitted to."""
-        from bgp4.simulation.molecule import get_molecule
-
         return get_molecule(self.molecule_name)
 
     @property
@@ -262,8 +256,6 @@ def build_generator(
     >>> bg.n_dims
     48
     """
-    from bgp4.simulation.molecule import get_molecule
-
     spec = get_kind(kind)
     molecule = get_molecule() if molecule is None else molecule
     torsions = spec.torsions
@@ -340,8 +332,6 @@ def weights_defined(bg, molecule) -> dict[str, Any]:
     """{"weights_defined": bool, "weights_note": str}: importance weights p/q exist only when no
     constrained bond of `molecule`'s system is a flow dimension of `bg` (otherwise the target is
     improper along it)."""
-    from bgp4.simulation.molecule import constrained_bonds
-
     left = bg.transform.free_constrained_pairs(constrained_bonds(molecule))
     if not left:
         return {"weights_defined": True, "weights_note": "every constrained bond is held fixed"}

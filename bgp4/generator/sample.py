@@ -19,10 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from bgp4.analysis.weights import lineage_ess, reverse_ess
 from bgp4.errors import InputError
+from bgp4.generator.model import load_generator
+from bgp4.generator.refine import AnnealPlan, ChainStore, GeneratorTarget, anneal_batches, plan_annealing, schedule
 from bgp4.generator.rundir import COMPLETE, MODEL, RunDirectory
 from bgp4.platform import resolve_device
 from bgp4.settings import RefineSettings, SampleSettings
+from bgp4.simulation.data import read_settings, resolve_temperature, write_trajectory
+from bgp4.simulation.energy import OpenMMEnergy
 from bgp4.stage import changed, refuse_changes
 
 __all__ = [
@@ -83,8 +88,6 @@ def _request(
 def _kept(out: Path, record: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
     """The summary of `out` when it is a finished output of `record` (the stage is complete);
     None when there is none or it is to be overwritten. InputError when it has other settings."""
-    from bgp4.simulation.data import read_settings
-
     if overwrite or not out.exists():
         return None
     stored = read_settings(out)  # the file is written in one atomic step: it is its own marker
@@ -107,9 +110,6 @@ class _Source:
 def _load(run: RunDirectory, device: str, temperature: float | None = None) -> _Source:
     """Load the run's generator; the temperature (K) is the one the run recorded, `temperature`
     only for a run that recorded none (InputError when they disagree)."""
-    from bgp4.generator.model import load_generator
-    from bgp4.simulation.data import resolve_temperature
-
     where = resolve_device(device)
     bg = load_generator(run.file(MODEL), map_location=where).to(where).eval()
     for p in bg.parameters():
@@ -122,8 +122,6 @@ def _load(run: RunDirectory, device: str, temperature: float | None = None) -> _
 
 def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool) -> dict[str, Any]:
     """Counts and energies (kT) of a samples file; reverse ESS only where weights are defined, else None."""
-    from bgp4.analysis.weights import reverse_ess
-
     finite = extras["finite"]
     return {
         "samples": int(u.size),
@@ -137,8 +135,6 @@ def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool
 
 def _write(out: Path, src: _Source, chunks: Iterator[dict[str, np.ndarray]], record: dict[str, Any], extras) -> None:
     """The samples file: frames (nm, kJ/mol), the per-sample `extras`, the settings record last."""
-    from bgp4.simulation.data import write_trajectory
-
     record.update(temperature=src.temperature, molecule=src.molecule.name)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_trajectory(out, src.molecule.topology, chunks, record, extras=extras)
@@ -181,8 +177,6 @@ def _draw(
 ) -> tuple[list[dict[str, np.ndarray]], np.ndarray, dict[str, np.ndarray]]:
     """Draw s.n samples batch by batch: (frame chunks for the file, u (n,) in kT, per-sample extras)."""
     from tqdm.auto import tqdm
-
-    from bgp4.simulation.energy import OpenMMEnergy
 
     bg, molecule = src.bg, src.molecule
     latents = latent_batches(bg, s)
@@ -235,9 +229,6 @@ def refine_run(
     """
     from tqdm.auto import tqdm
 
-    from bgp4.generator.refine import ChainStore, GeneratorTarget, anneal_batches
-    from bgp4.simulation.energy import OpenMMEnergy
-
     s, r = settings.validated(), refine.validated()
     run, record = _request("refined-samples", run_path, s, r)
     out = refined_path(out if out is not None else default_samples_path(run.path))
@@ -278,8 +269,6 @@ def refine_run(
 
 def _plan(store, record: dict[str, Any], target, s: SampleSettings, r: RefineSettings):
     """The partial refinement's plan, or a new one (pilot of min(pilot, n) samples) saved first."""
-    from bgp4.generator.refine import AnnealPlan, plan_annealing, schedule
-
     saved = store.plan()
     if saved is None:
         new = plan_annealing(target, r.levels, r.steps, r.leapfrog, r.power, min(r.pilot, s.n), s.seed, r.independence)
@@ -328,8 +317,6 @@ def _write_refined(
         final_independence_acceptance=float(jumps[-1]) if len(jumps) and np.isfinite(jumps[-1]) else None,
     )
     if "ancestor" in extras and summary.get("reverse_ess") is not None:  # copies of one lineage count once
-        from bgp4.analysis.weights import lineage_ess
-
         ancestor = extras["ancestor"]
         summary.update(lineage_ess=lineage_ess(extras["log_w"], ancestor), lineages=int(np.unique(ancestor).size))
     record.update(

@@ -17,16 +17,18 @@ from typing import Any
 
 from bgp4._rng import PrivateRNG
 from bgp4._stop import StopRequest
+from bgp4.analysis.plots import training_curves
 from bgp4.errors import InputError
 from bgp4.generator.checkpoint import Checkpoint
 from bgp4.generator.loop import COMPILE_MIN_STEPS, LOG_EVERY, TrainingLoop
 from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty
-from bgp4.generator.model import weights_defined
+from bgp4.generator.model import build_generator, load_generator, weights_defined
 from bgp4.generator.rundir import MODEL, RunDirectory, check_init
 from bgp4.generator.training_data import TEST_FRAMES, TrainingData
 from bgp4.platform import resolve_device
 from bgp4.settings import TrainSettings, changed_settings, settings_record
 from bgp4.simulation.data import TrajectoryData, load_trajectory, resolve_temperature
+from bgp4.simulation.energy import OpenMMEnergy
 from bgp4.simulation.molecule import rotor_hydrogens
 from bgp4.stage import refuse_changes
 
@@ -68,8 +70,6 @@ class Trainer:
         *,
         summary: dict[str, Any] | None = None,
     ):
-        from bgp4.generator.model import build_generator
-
         self.s, self.run, self.summary = settings, run, summary
         self._openmm = None  # OpenMMEnergy of the energy phase, opened when first needed
         if data is None:
@@ -154,8 +154,6 @@ class Trainer:
             return
         self.run.truncate_log(-1)  # records of a run killed before its first checkpoint
         if self.s.init:
-            from bgp4.generator.model import load_generator
-
             self.bg.load_state_dict(load_generator(RunDirectory(self.s.init).file(MODEL), self.device).state_dict())
         self.loop.record([], test=True)
 
@@ -182,8 +180,6 @@ class Trainer:
     def _energy(self):
         """The OpenMM energy of the energy phase (worker processes, kept open between parts)."""
         if self._openmm is None:
-            from bgp4.simulation.energy import OpenMMEnergy
-
             self._openmm = OpenMMEnergy(self.molecule.system, self.temperature, n_workers=self.s.workers or None)
         return self._openmm
 
@@ -274,8 +270,6 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
 
 def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
     """Draw training.png/.pdf and write complete.json (last: its presence marks the run complete)."""
-    from bgp4.analysis.plots import training_curves
-
     run = trainer.run
     training_curves(
         [

@@ -22,6 +22,11 @@ import numpy as np
 from bgp4.errors import InputError
 from bgp4.stage import Stage
 
+# Lazy, inside the functions that need them: bgp4.analysis.plots (matplotlib), bgp4.simulation.data (mdtraj),
+# bgp4.generator.sample and bgp4.report.analyze (torch). The CLI and the sweep client import this module at
+# their start, which stays free of those; the sweep client loads them in the background while the runs
+# train (bgp4.sweep.runner._import_report_modules).
+
 __all__ = ["t_interval", "paired_difference", "summarize_sweep", "write_sweep_report", "LEVEL"]
 
 LEVEL = 0.95

@@ -13,9 +13,15 @@ from typing import Any
 
 import numpy as np
 
+from bgp4.analysis import estimators as A
+from bgp4.analysis import plots
 from bgp4.analysis.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
 from bgp4.analysis.weights import lineage_ess
 from bgp4.errors import InputError
+from bgp4.generator.rundir import RunDirectory
+from bgp4.generator.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
+from bgp4.simulation.data import load_trajectory, resolve_temperature
+from bgp4.simulation.energy import OpenMMEnergy
 
 NOISE_FRAMES = 20_000  # MD frames perturbed for the noise reference column
 #: Why weights count as undefined for a run whose complete.json has no `weights_defined` key.
@@ -39,10 +45,6 @@ def _run_label(path: Path, taken: set[str]) -> str:
 
 def _load_samples(run: Path, n_atoms: int) -> list[tuple[str, dict[str, Any], Any]]:
     """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)]."""
-    from bgp4.generator.rundir import RunDirectory
-    from bgp4.generator.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
-    from bgp4.simulation.data import load_trajectory
-
     rundir = RunDirectory(run)
     settings = rundir.settings()
     path = default_samples_path(run)
@@ -68,9 +70,6 @@ def analyze(
 
     `temperature` (K) is needed only for a data file that records none (a plain mdtraj file).
     """
-    from bgp4.analysis import estimators as A
-    from bgp4.simulation.data import load_trajectory, resolve_temperature
-
     if not runs:
         raise InputError("name at least one run directory to analyze")
     data = load_trajectory(data_path)
@@ -125,9 +124,6 @@ def _md_reference(
 ) -> tuple[dict[str, Any], _Reference]:
     """The metrics of the MD data and of NOISE_FRAMES of its frames with noise (the start of
     metrics.json), and the reference the models are compared with."""
-    from bgp4.analysis import estimators as A
-    from bgp4.simulation.energy import OpenMMEnergy
-
     kT = molecule.kT(temperature)
     u_md = data.energies / kT
     train_idx = np.load(split)["train"] if split.exists() else np.arange(data.n_frames)
@@ -150,8 +146,6 @@ def _md_reference(
 
 def _model_entry(run: Path, suffix: str, info: dict[str, Any], samples, ref: _Reference, seed: int):
     """One samples file's metrics, with its u (kT), phi, psi (rad) and log weights for the figures."""
-    from bgp4.analysis import estimators as A
-
     u = samples.energies / ref.kT
     in_domain = samples.extras["in_domain"].astype(bool)
     log_q = np.where(in_domain, samples.extras["log_q"], np.nan)  # a wrong log q must not weigh
@@ -189,8 +183,6 @@ def _model_entry(run: Path, suffix: str, info: dict[str, Any], samples, ref: _Re
 
 def _figures(out: Path, metrics: dict[str, Any], violins, rama, free, threshold: float) -> dict[str, list[str]]:
     """Draw the energy violins, Ramachandran panels and free energies along phi; their file names."""
-    from bgp4.analysis import plots
-
     low = {"MD": metrics["md"]["low_energy_fraction"], "MD + noise": metrics["md_noise_0.004nm"]["low_energy_fraction"]}
     low.update({k: v["low_energy_fraction"] for k, v in metrics["models"].items()})
     figures = {

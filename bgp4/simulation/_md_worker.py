@@ -37,6 +37,8 @@ from bgp4.simulation.md import (
     record_dtype,
 )
 
+# openmm, bgp4.simulation.molecule and bgp4.platform are imported lazily: the replica sets its signals and
+# its tie to the parent (main) before it spends a few tenths of a second importing OpenMM.
 if TYPE_CHECKING:
     import openmm
 

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mdtraj
 import numpy as np
@@ -20,9 +20,7 @@ import tables
 
 from bgp4._io import atomic_write
 from bgp4.errors import InputError
-
-if TYPE_CHECKING:
-    from bgp4.simulation.molecule import Molecule
+from bgp4.simulation.molecule import Molecule, molecule_of
 
 SETTINGS_ATTR = "bgp4_settings"
 
@@ -45,8 +43,6 @@ class TrajectoryData:
     def molecule(self) -> Molecule:
         """The molecule the file records (`molecule` in its settings; the default where it records
         none); raises InputError when the frames have another number of atoms."""
-        from bgp4.simulation.molecule import molecule_of
-
         return molecule_of(self.settings, int(self.xyz.shape[1]), self.source or "the trajectory")
 
 

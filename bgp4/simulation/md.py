@@ -27,6 +27,10 @@ import numpy as np
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.stage import Stage, changed, refuse_changes
 
+# Lazy, inside the functions that need them: openmm, bgp4.platform (OpenMM), bgp4.simulation.molecule and
+# bgp4.simulation.data (OpenMM, mdtraj). The CLI imports this module at its start (MDSettings gives its
+# defaults), as does each replica process (bgp4.simulation._md_worker), and both stay free of them.
+
 CHECKPOINT_EVERY = 2000  # frames between checkpoints: ~1.5 s of MD, a negligible cost
 PROGRESS_EVERY = 250  # frames between progress messages to the parent
 STATE_FILE = "replica-{}.state"

@@ -19,6 +19,8 @@ import numpy as np
 import openmm
 import openmm.app as app
 
+from bgp4.errors import InputError
+
 #: Boltzmann constant in kJ/mol/K (OpenMM's value, CODATA 2018).
 KB_KJ_PER_MOL_K = 0.00831446261815324
 
@@ -134,8 +136,6 @@ MOLECULES: dict[str, Callable[[], Molecule]] = {DEFAULT_MOLECULE: alanine_dipept
 
 def molecule_name(name: str | None = None) -> str:
     """The registered name `name` stands for (None or "": the default); raises InputError for an unknown one."""
-    from bgp4.errors import InputError
-
     name = str(name) if name else DEFAULT_MOLECULE
     if name not in MOLECULES:
         raise InputError(f"unknown molecule {name!r}; bgp4 knows {', '.join(MOLECULES)}")
@@ -150,8 +150,6 @@ def get_molecule(name: str | None = None) -> Molecule:
 def molecule_of(record: Mapping[str, Any] | None, n_atoms: int | None = None, source: object = "the file") -> Molecule:
     """The molecule a settings record (of a data file, run or model) names; the default where it
     names none. With `n_atoms` (atoms per frame of the file), a mismatch raises InputError."""
-    from bgp4.errors import InputError
-
     molecule = get_molecule((record or {}).get("molecule"))
     if n_atoms is not None and n_atoms != molecule.n_atoms:
         raise InputError(f"{source} has {n_atoms} atoms per frame, expected {molecule.n_atoms} ({molecule.name})")

@@ -28,7 +28,9 @@ from typing import Any
 
 from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.settings import MODELS, TrainSettings
+from bgp4.report.aggregate import write_sweep_report
+from bgp4.settings import MODELS, SampleSettings, TrainSettings, changed_settings
+from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import local_cluster_size, open_client
 from bgp4.sweep.dispatch import RETRIES, Dispatch
@@ -139,8 +141,6 @@ def _md_settings(data: Path, md: dict[str, Any] | None) -> dict[str, Any] | None
         if not data.is_file():
             raise InputError(f"data {data} (--data) is not a file")
         return None
-    from bgp4.simulation.md import MDSettings
-
     settings = asdict(MDSettings(**(md or {})))
     MDSettings(**settings).resolved()  # bad MD settings fail here, before anything runs
     if data.suffix != ".h5":
@@ -152,8 +152,6 @@ def _run_spec(
     out: Path, settings: TrainSettings, samples: int, sample_batch: int, threads: int, gpus: float
 ) -> RunSpec:
     """The run of one (model, seed) in the sweep directory `out`."""
-    from bgp4.settings import SampleSettings
-
     train = json.loads(json.dumps(asdict(settings.validated())))
     sample = asdict(
         SampleSettings(
@@ -168,8 +166,6 @@ def _run_spec(
 
 def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any]:
     """An existing run keeps its execution-only settings; any other difference is refused."""
-    from bgp4.settings import changed_settings
-
     stored = Stage(path).recorded()
     if stored is None:
         return train
@@ -192,8 +188,6 @@ def run_sweep(
 
     Raises Bgp4Error after the report if some runs failed even after their retries.
     """
-    from bgp4.report.aggregate import write_sweep_report
-
     pending = [r for r in plan.runs if not r.done]
     if pending or plan.md is not None:
         metrics, failures, stopped = _run_on_dask(plan, pending, scheduler, workers, progress, say)
@@ -226,8 +220,6 @@ def _run_on_dask(
 ) -> tuple[dict[str, Any] | None, dict[str, str], dict[str, bool]]:
     """Simulate the data if needed, run `pending` and write the report unless stopped or every run
     failed: (report metrics or None, failed run -> reason, stopped run -> whether it had started)."""
-    from bgp4.report.aggregate import write_sweep_report
-
     threads, gpus = plan.runs[0].threads, plan.runs[0].gpus
     size = 0 if scheduler else local_cluster_size(len(pending), threads, gpus, workers)
     metrics = None
@@ -270,6 +262,7 @@ def _stopped_message(stopped: dict[str, bool], failures: dict[str, str]) -> str:
 
 def _import_report_modules() -> None:
     """Import what the aggregate report needs (matplotlib, scipy.stats, torch: a few seconds)."""
+    # lazy on purpose: called from a timer thread, so the client starts (and connects) without them
     import scipy.stats  # noqa: F401
 
     import bgp4.analysis.plots  # noqa: F401

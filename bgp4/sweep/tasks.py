@@ -25,9 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.settings import TrainSettings
+from bgp4.settings import SampleSettings, TrainSettings
 from bgp4.sweep.plugins import stop_asked, trainer_cache
 from bgp4.sweep.spec import LOCK_FILE, LOG_FILE, TASKS_FILE, RunSpec
+
+# torch, bgp4.generator and bgp4.report.analyze are imported lazily, inside the task under the run's lock and
+# log: the sweep client imports this module and stays free of torch, and a worker's import time and messages
+# count in (and go to) the task that caused them.
 
 __all__ = ["train_task", "finish_task", "simulate_task"]
 
@@ -163,7 +167,7 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
     with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE, "sample and analyze") as say:
         import torch
 
-        from bgp4.generator.sample import SampleSettings, sample_run
+        from bgp4.generator.sample import sample_run
         from bgp4.report.analyze import analyze
 
         torch.set_num_threads(spec.threads)
