@@ -1,3 +1,5 @@
 """bgp4: Boltzmann generators for alanine dipeptide with P4Inv invertible linear layers."""
 
+__all__ = ["__version__"]
+
 __version__ = "0.1.0"

@@ -4,6 +4,8 @@
 `Bgp4Error` is any other failure the library reports cleanly (exit code 1).
 """
 
+__all__ = ["Bgp4Error", "InputError"]
+
 
 class Bgp4Error(Exception):
     """A failure that the CLI reports as one line on stderr (exit code 1)."""

@@ -33,7 +33,7 @@ class GeneratorKind:
             (the spline kinds); otherwise logit-mapped and coupled affinely.
         p4inv: the flow has P4Inv layers (they get a P4InvScheduler in training).
         step_cost: rough cost of one training step per batch frame, relative to rnvp (CPU step
-            times of README's tables); the sweep orders its tasks by it.
+            times of the studies in run/results/); the sweep orders its tasks by it.
     """
 
     name: str

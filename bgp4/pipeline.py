@@ -1,8 +1,9 @@
-"""The whole experiment in one call: simulate, train the preset's generators, sample, analyze.
+"""The whole experiment in one call: simulate, train the preset's generators, sample, refine, analyze.
 
 Every stage that is already complete in the output directory is skipped, so a pipeline that was
-stopped can be started again with the same command. Layout of `out`:
-`data/ala2-600K.h5`, `runs/<model>/` (each with `samples.h5`), `report/`.
+stopped can be started again with the same command. Layout of `out`: `data/ala2-600K.h5`,
+`runs/<model>/` (each with `samples.h5`, and `samples-refined.h5` where the preset refines the
+model's samples by AIS), `report/`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from bgp4.errors import InputError
 from bgp4.kinds import KINDS
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.simulation.md import MDSettings, completed, simulate
+
+__all__ = ["PRESETS", "preset_train_settings", "run_pipeline"]
 
 #: The kinds with spline couplings: the paper preset gives them their own training settings.
 _SPLINE_KINDS = tuple(name for name, kind in KINDS.items() if kind.circular)
@@ -44,7 +47,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sample": {"n": 100_000},
         "models": ("rnvp", "p4inv", "spline", "spline-p4inv"),
         # augment: the methyl relabelling lifted the spline flow's test NLL by 0.10 nats and its
-        # reverse ESS from 0.61 to 0.75 at the end of the likelihood phase (README)
+        # reverse ESS from 0.61 to 0.75 at the end of the likelihood phase (run/results/spline-48-100ns-augment)
         "by_model": {
             kind: {
                 "steps": 6_000,

@@ -22,6 +22,25 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+__all__ = [
+    "T",
+    "read_config_file",
+    "merge_settings",
+    "MODELS",
+    "SPLINE_MODELS",
+    "COMPILE_MODES",
+    "LR_SCHEDULES",
+    "KIND_DEFAULTS",
+    "resolve_architecture",
+    "TrainSettings",
+    "SampleSettings",
+    "RefineSettings",
+    "RESULT_NEUTRAL",
+    "settings_record",
+    "changed_settings",
+    "check_refine",
+]
+
 T = TypeVar("T")
 
 

@@ -24,6 +24,16 @@ from matplotlib.transforms import blended_transform_factory
 from bgp4.analysis.estimators import angle_edges, ramachandran_histogram
 from bgp4.errors import InputError
 
+__all__ = [
+    "STYLE",
+    "ENERGY_LINTHRESH",
+    "FORMATS",
+    "energy_violins",
+    "ramachandran_panels",
+    "free_energy_phi",
+    "training_curves",
+]
+
 #: rcParams shared by all figures (applied temporarily, see `_styled`).
 STYLE: dict[str, Any] = {
     "font.size": 9,

@@ -51,7 +51,7 @@ def sample(
             "MALA/HMC moves per refinement level, after the independence moves (one energy+force "
             "evaluation and a backward pass through the flow per leapfrog step); 0: independence "
             "moves alone, at a half to a quarter of the cost, for a generator that covers every state"
-            " (README: AIS)."
+            " (run/results/ais-refinement)."
         ),
     ),
     refine_independence: int = typer.Option(

@@ -29,7 +29,8 @@ def pipeline(
     device: str = typer.Option("auto", help="auto|cpu|cuda for training and sampling."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Simulate, train RNVP and P4Inv, sample and analyze; completed stages are skipped on rerun."""
+    """Simulate, train the preset's generators, sample (refining by AIS where the preset says so) and analyze;
+    completed stages are skipped on rerun."""
     run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo)
 
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+__all__ = ["Flow", "SequentialFlow", "SubsetFlow"]
+
 
 class Flow(nn.Module):
     """Base class of every invertible layer in bgp4."""

@@ -17,7 +17,7 @@ cannot. HMC has `leapfrog` steps (1 = MALA). Every move costs one evaluation per
 energy alone for independence moves when there are no HMC moves (`steps` 0: half to a quarter of
 the cost, and as good for a generator that covers every state; where it under-covers one, a
 sample that jumps to a rare state of very high r stays there and its weight can dominate, which
-MALA moves prevent: see README). HMC step sizes are tuned per level on a separate pilot batch
+MALA moves prevent: see run/results/ais-refinement). HMC step sizes are tuned per level on a separate pilot batch
 whose samples are discarded, so the main run's kernels are fixed and its weights exact. Optional
 SMC: when the Kish ESS of the running weights drops below `resample_ess`, systematic resampling,
 after which every weight is the mean weight (the normalizer estimate stays unbiased); each

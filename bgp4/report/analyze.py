@@ -23,6 +23,18 @@ from bgp4.generator.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples
 from bgp4.simulation.data import load_trajectory, resolve_temperature
 from bgp4.simulation.energy import OpenMMEnergy
 
+__all__ = [
+    "NOISE_FRAMES",
+    "PREDATES_CHECK",
+    "weights_status",
+    "analyze",
+    "format_number",
+    "NOT_DEFINED",
+    "OPTIONAL_KEYS",
+    "METRICS_SECTION",
+    "render_report",
+]
+
 NOISE_FRAMES = 20_000  # MD frames perturbed for the noise reference column
 #: Why weights count as undefined for a run whose complete.json has no `weights_defined` key.
 PREDATES_CHECK = "run predates the constraint check; weights are defined only when every constrained bond is held fixed"

@@ -5,6 +5,7 @@ Modules:
     md: Langevin MD in replica processes, resumable at any moment.
     data: trajectory files (mdtraj HDF5) with the run's settings.
     energy: OpenMM energies and forces as numpy arrays or a differentiable torch function.
+    zmatrix: an automatic z-matrix from a molecule's bond graph.
 
 This is the only layer that knows which molecule it is; it knows nothing of flows.
 """

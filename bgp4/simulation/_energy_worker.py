@@ -26,6 +26,8 @@ import sys
 import numpy as np
 import openmm
 
+__all__ = ["LENGTH", "HEADER", "main"]
+
 LENGTH = struct.Struct("<q")  # XML length, and the start-up answer (0 or error text length)
 HEADER = struct.Struct("<qq")  # request header: (number of frames, want forces)
 _PR_SET_PDEATHSIG = 1

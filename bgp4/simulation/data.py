@@ -22,6 +22,17 @@ from bgp4._io import atomic_write
 from bgp4.errors import InputError
 from bgp4.simulation.molecule import Molecule, molecule_of
 
+__all__ = [
+    "SETTINGS_ATTR",
+    "TrajectoryData",
+    "write_trajectory",
+    "read_settings",
+    "load_trajectory",
+    "resolve_temperature",
+    "train_test_split",
+    "relabel_rotors",
+]
+
 SETTINGS_ATTR = "bgp4_settings"
 
 

@@ -27,6 +27,18 @@ import numpy as np
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.stage import Stage, changed, refuse_changes
 
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "PROGRESS_EVERY",
+    "STATE_FILE",
+    "FRAMES_FILE",
+    "MDSettings",
+    "record_dtype",
+    "die_with_parent",
+    "completed",
+    "simulate",
+]
+
 # Lazy, inside the functions that need them: openmm, bgp4.platform (OpenMM), bgp4.simulation.molecule and
 # bgp4.simulation.data (OpenMM, mdtraj). The CLI imports this module at its start (MDSettings gives its
 # defaults), as does each replica process (bgp4.simulation._md_worker), and both stay free of them.

@@ -21,10 +21,31 @@ import openmm.app as app
 
 from bgp4.errors import InputError
 
+__all__ = [
+    "KB_KJ_PER_MOL_K",
+    "PDB_RESOURCE",
+    "FORCE_FIELD",
+    "Z_MATRIX",
+    "RIGID_BLOCK",
+    "PHI",
+    "PSI",
+    "kT",
+    "Molecule",
+    "alanine_dipeptide",
+    "DEFAULT_MOLECULE",
+    "MOLECULES",
+    "molecule_name",
+    "get_molecule",
+    "molecule_of",
+    "constrained_bonds",
+    "constraint_free_layout",
+    "rotor_hydrogens",
+]
+
 #: Boltzmann constant in kJ/mol/K (OpenMM's value, CODATA 2018).
 KB_KJ_PER_MOL_K = 0.00831446261815324
 
-#: The structure ships inside the package (bgp4/resources/), so any install finds it.
+#: The structure ships inside the package (bgp4/simulation/resources/), so any install finds it.
 PDB_RESOURCE = ("resources", "alanine-dipeptide.pdb")
 FORCE_FIELD = ("amber99sbildn.xml", "amber96_obc.xml")
 
@@ -103,7 +124,7 @@ class Molecule:
 def alanine_dipeptide() -> Molecule:
     """Ace-Ala-Nme with amber99sb-ildn + amber96 OBC implicit solvent, NoCutoff, HBonds.
 
-    The structure ships as package data, `bgp4/resources/alanine-dipeptide.pdb` (from the
+    The structure ships as package data, `bgp4/simulation/resources/alanine-dipeptide.pdb` (from the
     openmmtools wheel), so nothing is fetched at run time. Its potential energy is -95.70 kJ/mol.
     """
     with resources.as_file(resources.files("bgp4.simulation").joinpath(*PDB_RESOURCE)) as path:

@@ -50,7 +50,7 @@ MIN_PART_STEPS = 100
 #: measured in a quick-preset sweep).
 ENERGY_STEP_COST = 3
 #: Rough cost of one training step per frame of the batch, relative to rnvp (the kinds' step_cost
-#: in bgp4.kinds, from CPU step times of README's tables); only the order of the tasks depends on it.
+#: in bgp4.kinds, from CPU step times of the studies in run/results/); only the order of the tasks depends on it.
 STEP_COST = {name: kind.step_cost for name, kind in KINDS.items()}
 #: Retries of a task that raised; a task whose worker died is rescheduled by the scheduler
 #: (`distributed.scheduler.allowed-failures`, 3 by default) and resumes from its checkpoint.

@@ -16,11 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from bgp4.analysis import estimators as analysis
+from bgp4.analysis.weights import reverse_ess
 from bgp4.simulation.data import load_trajectory
 
 
 def kish(w: np.ndarray) -> float:
-    return float(w.sum() ** 2 / (w**2).sum() / w.size) if w.size and w.sum() > 0 else float("nan")
+    """Kish ESS per sample of linear weights (zeros allowed), through the package's one Kish ESS."""
+    with np.errstate(divide="ignore"):
+        return float(reverse_ess(np.log(w))) if w.size and w.sum() > 0 else float("nan")
 
 
 def main() -> None:
