@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
+from bgp4.errors import InputError
 from bgp4.simulation.md import MDSettings, completed
 from bgp4.simulation.md import simulate as run_md
 
@@ -43,8 +44,16 @@ def simulate(
     molecule: str = typer.Option(
         default_of(_MD, "molecule"),
         help=(
-            "Registered molecule to simulate (bgp4.simulation.molecule.MOLECULES); empty: the "
-            "default, alanine dipeptide."
+            "Registered molecule to simulate: alanine-dipeptide, alanine-tetrapeptide, alanine-hexapeptide "
+            "or sequence:SEQ (bgp4.simulation.molecule); empty: the default, alanine dipeptide."
+        ),
+    ),
+    sequence: str = typer.Option(
+        "",
+        "--sequence",
+        help=(
+            "Simulate the capped peptide Ace-SEQ-Nme built from one-letter amino-acid codes (AAA: "
+            "Ace-Ala3-Nme); the data file records it as the molecule sequence:SEQ. Not with --molecule."
         ),
     ),
     overwrite: bool = typer.Option(
@@ -57,6 +66,10 @@ def simulate(
     Defaults are the paper's 600 K protocol. A run cut off at any moment resumes when the same
     command is run again; rerunning a finished one reports it and exits.
     """
+    if sequence:
+        if molecule:
+            raise InputError("give --molecule or --sequence, not both")
+        molecule = f"sequence:{sequence}"
     settings = MDSettings(
         frames=frames,
         temperature=temperature,

@@ -2,13 +2,16 @@
 
 This is the only module that knows which molecule it is: every stage takes a `Molecule`, or
 looks one up by the name a data file, run or model file records (`get_molecule`,
-`molecule_of`). Today that is alanine dipeptide in implicit solvent.
+`molecule_of`): alanine dipeptide (the default), the alanine tetra- and hexapeptide, and any
+capped peptide named `sequence:<one-letter codes>` (built by `bgp4.simulation.peptide`), all in
+implicit solvent.
 
 Units: positions in nm, energies in kJ/mol, temperatures in K.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,6 +23,8 @@ import openmm
 import openmm.app as app
 
 from bgp4.errors import InputError
+from bgp4.simulation.peptide import FORCE_FIELD, build_capped_peptide, check_sequence, create_system
+from bgp4.simulation.zmatrix import automatic_zmatrix
 
 __all__ = [
     "KB_KJ_PER_MOL_K",
@@ -32,6 +37,9 @@ __all__ = [
     "kT",
     "Molecule",
     "alanine_dipeptide",
+    "PEPTIDES",
+    "SEQUENCE_PREFIX",
+    "peptide_molecule",
     "DEFAULT_MOLECULE",
     "MOLECULES",
     "molecule_name",
@@ -47,7 +55,7 @@ KB_KJ_PER_MOL_K = 0.00831446261815324
 
 #: The structure ships inside the package (bgp4/simulation/resources/), so any install finds it.
 PDB_RESOURCE = ("resources", "alanine-dipeptide.pdb")
-FORCE_FIELD = ("amber99sbildn.xml", "amber96_obc.xml")
+# FORCE_FIELD (amber99sb-ildn + amber96 OBC) comes from bgp4.simulation.peptide, which builds with it.
 
 #: Rows [atom, bond partner, angle partner, torsion partner] (REFERENCE section 3), reordered
 #: so that every reference atom is in the rigid block or placed by an earlier row.
@@ -149,23 +157,92 @@ def alanine_dipeptide() -> Molecule:
     )
 
 
+def _central_torsions(topology: mdtraj.Topology) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(phi, psi) atom quartets of the middle residue that has both (mdtraj's quartets)."""
+    traj = mdtraj.Trajectory(np.zeros((1, topology.n_atoms, 3), dtype=np.float32), topology)
+    phis, psis = mdtraj.compute_phi(traj)[0], mdtraj.compute_psi(traj)[0]
+    by_ca = {int(q[1]): tuple(int(a) for a in q) for q in psis}  # psi is N-CA-C-N, phi C-N-CA-C
+    pairs = [(tuple(int(a) for a in q), by_ca[int(q[2])]) for q in phis if int(q[2]) in by_ca]
+    if not pairs:
+        raise InputError("the molecule has no residue with both backbone torsions phi and psi")
+    return pairs[(len(pairs) - 1) // 2]
+
+
+def peptide_molecule(name: str, topology: app.Topology, positions: np.ndarray) -> Molecule:
+    """A Molecule of a peptide in bgp4's system (FORCE_FIELD, `create_system`), `positions` in nm.
+
+    The z-matrix and rigid block are `automatic_zmatrix`'s; phi and psi are those of the central
+    residue (of the two central ones, the first), which the single-pair analysis reads.
+    """
+    md_topology = mdtraj.Topology.from_openmm(topology)
+    z_matrix, rigid_block = automatic_zmatrix(md_topology)
+    phi, psi = _central_torsions(md_topology)
+    return Molecule(
+        name=name,
+        system=create_system(topology),
+        topology=md_topology,
+        positions=np.asarray(positions, dtype=np.float64),
+        z_matrix=z_matrix,
+        rigid_block=rigid_block,
+        phi=phi,
+        psi=psi,
+    )
+
+
+#: Built-in peptides: name -> sequence between the ACE and NME caps. Each structure ships as
+#: bgp4/simulation/resources/<name>.pdb, made by run/scripts/build_peptides.py with `build_capped_peptide`.
+PEPTIDES = {"alanine-tetrapeptide": "AAA", "alanine-hexapeptide": "AAAAA"}
+#: Prefix of a molecule name that is a capped-peptide sequence: "sequence:AAA" is Ace-Ala3-Nme.
+SEQUENCE_PREFIX = "sequence:"
+
+
+def _shipped_peptide(name: str) -> Molecule:
+    """The built-in peptide `name` from its shipped structure."""
+    with resources.as_file(resources.files("bgp4.simulation").joinpath("resources", f"{name}.pdb")) as path:
+        pdb = app.PDBFile(str(path))
+    positions = pdb.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
+    return peptide_molecule(name, pdb.topology, positions)
+
+
+@functools.lru_cache(maxsize=8)
+def _built(sequence: str) -> tuple[app.Topology, np.ndarray]:
+    # Built once per process: every stage that reads a data file asks for its molecule again.
+    return build_capped_peptide(sequence)
+
+
+def _sequence_peptide(name: str) -> Molecule:
+    topology, positions = _built(name.removeprefix(SEQUENCE_PREFIX))
+    return peptide_molecule(name, topology, positions.copy())
+
+
 #: The molecule of data files that record none (plain mdtraj files, files of older versions).
 DEFAULT_MOLECULE = "alanine-dipeptide"
-#: Registered molecules by the name files record.
-MOLECULES: dict[str, Callable[[], Molecule]] = {DEFAULT_MOLECULE: alanine_dipeptide}
+#: Registered molecules by the name files record (and any "sequence:<codes>", built on demand).
+MOLECULES: dict[str, Callable[[], Molecule]] = {
+    DEFAULT_MOLECULE: alanine_dipeptide,
+    **{name: functools.partial(_shipped_peptide, name) for name in PEPTIDES},
+}
 
 
 def molecule_name(name: str | None = None) -> str:
-    """The registered name `name` stands for (None or "": the default); raises InputError for an unknown one."""
+    """The registered name `name` stands for (None or "": the default; "sequence:aaa": "sequence:AAA").
+
+    Raises InputError for an unknown name or a sequence letter that is no amino acid.
+    """
     name = str(name) if name else DEFAULT_MOLECULE
+    if name.startswith(SEQUENCE_PREFIX):
+        return SEQUENCE_PREFIX + check_sequence(name.removeprefix(SEQUENCE_PREFIX))
     if name not in MOLECULES:
-        raise InputError(f"unknown molecule {name!r}; bgp4 knows {', '.join(MOLECULES)}")
+        raise InputError(f"unknown molecule {name!r}; bgp4 knows {', '.join(MOLECULES)} and {SEQUENCE_PREFIX}<SEQ>")
     return name
 
 
 def get_molecule(name: str | None = None) -> Molecule:
     """The molecule registered as `name` (None or "": the default); raises InputError for an unknown name."""
-    return MOLECULES[molecule_name(name)]()
+    name = molecule_name(name)
+    if name.startswith(SEQUENCE_PREFIX):
+        return _sequence_peptide(name)
+    return MOLECULES[name]()
 
 
 def molecule_of(record: Mapping[str, Any] | None, n_atoms: int | None = None, source: object = "the file") -> Molecule:

@@ -29,12 +29,11 @@ atoms in another order gets the same rows, relabelled.
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeVar
 
 import mdtraj
 import networkx as nx
 import numpy as np
-
-from bgp4.simulation.molecule import Molecule
 
 __all__ = [
     "BACKBONE_NAMES",
@@ -162,7 +161,12 @@ def backbone_torsion_rows(topology: mdtraj.Topology, z_matrix: np.ndarray) -> di
     return {name: [torsion_row(z_matrix, q) for q in compute(traj)[0]] for name, compute in found.items()}
 
 
-def with_automatic_zmatrix(molecule: Molecule) -> Molecule:
+# The Molecule dataclass, by type only: bgp4.simulation.molecule builds its peptides with this module,
+# so importing it here would close an import cycle.
+_Molecule = TypeVar("_Molecule")
+
+
+def with_automatic_zmatrix(molecule: _Molecule) -> _Molecule:
     """A copy of `molecule` whose z-matrix and rigid block are `automatic_zmatrix`'s of its topology."""
     z_matrix, rigid_block = automatic_zmatrix(molecule.topology)
     return dataclasses.replace(molecule, z_matrix=z_matrix, rigid_block=rigid_block)
