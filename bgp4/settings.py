@@ -30,6 +30,7 @@ __all__ = [
     "SPLINE_MODELS",
     "COMPILE_MODES",
     "LR_SCHEDULES",
+    "ZMATRICES",
     "KIND_DEFAULTS",
     "resolve_architecture",
     "TrainSettings",
@@ -110,6 +111,9 @@ MODELS = kind_names()
 SPLINE_MODELS = tuple(k.name for k in KINDS.values() if k.circular)
 COMPILE_MODES = ("auto", "on", "off")
 LR_SCHEDULES = ("auto", "constant", "cosine")
+# hand: the molecule's own z-matrix (alanine dipeptide: the hand-written one of the paper's setup);
+# auto: bgp4.simulation.zmatrix's, built from the bond graph
+ZMATRICES = ("hand", "auto")
 #: Settings without a command-line option (a config file or the API sets them).
 _NO_FLAG = ("checkpoint_minutes",)
 
@@ -152,6 +156,7 @@ class TrainSettings:
     test_fraction: float = 0.1
     eval_every: int = 1_000
     fix_constrained: bool = True  # every constrained bond held fixed (48 dims); False: the paper's 60
+    zmatrix: str = "hand"  # hand: the molecule's own z-matrix; auto: the automatic one from the bond graph
     device: str = "auto"
     seed: int = 0
     workers: int = 0  # energy-bridge processes; 0: one per core
@@ -183,6 +188,8 @@ class TrainSettings:
             raise InputError(f"test_fraction (--test-fraction) must be in (0, 1), got {self.test_fraction}")
         if self.compile not in COMPILE_MODES:
             raise InputError(f"compile (--compile) must be one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
+        if self.zmatrix not in ZMATRICES:
+            raise InputError(f"zmatrix (--zmatrix) must be one of {', '.join(ZMATRICES)}, got {self.zmatrix!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise InputError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
         for name in ("blocks", "hidden", "bins"):

@@ -93,3 +93,13 @@ def test_the_kind_registry_is_the_one_list_of_generator_kinds():
         TrainSettings(model="glow").validated()
     with pytest.raises(InputError, match=r"bins \(--bins\) applies to the spline kinds only"):
         TrainSettings(model="p4inv", bins=8).validated()
+
+
+def test_zmatrix_comes_from_the_file_and_is_validated(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('zmatrix = "auto"\n')
+    assert merge_settings(TrainSettings, read_config_file(path), {}).validated().zmatrix == "auto"
+    assert merge_settings(TrainSettings, read_config_file(path), {"zmatrix": "hand"}).zmatrix == "hand"
+    path.write_text('zmatrix = "bonds"\n')
+    with pytest.raises(InputError, match=r"zmatrix \(--zmatrix\) must be one of hand, auto"):
+        merge_settings(TrainSettings, read_config_file(path), {}).validated()

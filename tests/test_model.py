@@ -134,7 +134,15 @@ def test_save_load_round_trip(kind, frames, molecule, tmp_path):
     assert (
         loaded.config
         == model.config
-        == {"kind": kind, "blocks": 2, "hidden": 60, "fix_constrained": True, "n_dims": 48, "molecule": molecule.name}
+        == {
+            "kind": kind,
+            "blocks": 2,
+            "hidden": 60,
+            "fix_constrained": True,
+            "n_dims": 48,
+            "molecule": molecule.name,
+            "zmatrix": "hand",
+        }
     )
     assert torch.equal(loaded.log_prob(frames[:64]), model.log_prob(frames[:64]))
     with pytest.raises(InputError):
@@ -186,6 +194,7 @@ def test_the_kind_registry_says_what_is_built(kind, molecule):
         "fix_constrained": True,
         "n_dims": 48,
         "molecule": molecule.name,
+        "zmatrix": "hand",
     }
 
 
@@ -202,6 +211,33 @@ def test_saved_generator_knows_its_molecule(frames, molecule, tmp_path):
     loaded = load_generator(path)
     assert loaded.molecule_name == molecule.name
     assert loaded.molecule().n_atoms == molecule.n_atoms
+
+
+@pytest.mark.parametrize("kind", ["rnvp", "spline"])
+def test_automatic_zmatrix_generator_reloads_to_the_same_generator(frames, molecule, tmp_path, kind):
+    from bgp4.simulation.zmatrix import automatic_zmatrix
+
+    rows, block = automatic_zmatrix(molecule.topology)
+    bg = build_generator(kind, frames, molecule, blocks=1, hidden=16, zmatrix="auto")
+    hand = build_generator(kind, frames, molecule, blocks=1, hidden=16)
+    assert bg.n_dims == hand.n_dims == 48  # constrained bonds held fixed either way
+    assert bg.zmatrix == "auto" and hand.zmatrix == "hand"
+    assert [list(r) for r in bg.transform.z_matrix] == [list(r) for r in rows]
+    assert [list(r) for r in hand.transform.z_matrix] != [list(r) for r in rows]
+    _perturb(bg)
+    bg.save(tmp_path / "model.pt")
+    loaded = load_generator(tmp_path / "model.pt")
+    assert loaded.config == bg.config and loaded.zmatrix == "auto"
+    assert [list(r) for r in loaded.transform.z_matrix] == [list(r) for r in rows]
+    assert list(loaded.molecule().rigid_block) == list(block)
+    x = frames[:32]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.log_prob(x), bg.log_prob(x), rtol=0, atol=0)
+
+
+def test_unknown_zmatrix_is_refused(molecule):
+    with pytest.raises(InputError, match="zmatrix must be one of hand, auto"):
+        build_generator("rnvp", molecule=molecule, shell=True, zmatrix="bond")
 
 
 def test_damaged_model_file_is_refused_cleanly(frames, molecule, tmp_path):

@@ -249,6 +249,9 @@ def test_settings_validation():
         TrainSettings(device="tpu").validated()
     with pytest.raises(InputError):
         TrainSettings(compile="yes").validated()
+    with pytest.raises(InputError, match=r"^zmatrix \(--zmatrix\) must be one of hand, auto, got 'bond'$"):
+        TrainSettings(zmatrix="bond").validated()
+    assert TrainSettings().zmatrix == "hand" and TrainSettings(zmatrix="auto").validated().zmatrix == "auto"
 
 
 def _cxx_compiler() -> str | None:
@@ -455,6 +458,9 @@ def test_settings_missing_from_an_older_run_count_as_defaults():
     older = {k: v for k, v in current.items() if k != "penalty_weight"}
     assert changed_settings(older, current) == []
     assert changed_settings(older, {**current, "penalty_weight": 0.1}) == ["penalty_weight"]
+    before_zmatrix = {k: v for k, v in current.items() if k != "zmatrix"}  # a run of the hand-written z-matrix
+    assert changed_settings(before_zmatrix, current) == []
+    assert changed_settings(before_zmatrix, {**current, "zmatrix": "auto"}) == ["zmatrix"]
 
 
 def test_non_finite_loss_or_gradient_skips_the_step(md_file, tmp_path):
@@ -560,9 +566,47 @@ def test_init_starts_from_a_finished_run_and_refuses_a_mismatch(md_file, tmp_pat
     changed = load_generator(tmp_path / "tuned" / "model.pt").state_dict()
     start = load_generator(tmp_path / "first" / "model.pt").state_dict()
     assert any(not torch.equal(changed[k], start[k]) for k in start)  # the energy steps moved it
-    for other, word in ((dict(hidden=16), "hidden"), (dict(seed=3), "seed"), (dict(model="p4inv"), "model")):
+    for other, word in (
+        (dict(hidden=16), "hidden"),
+        (dict(seed=3), "seed"),
+        (dict(model="p4inv"), "model"),
+        (dict(zmatrix="auto"), "zmatrix"),  # another transform: the state dict would not fit it
+    ):
         with pytest.raises(InputError, match=word):
             train(replace(tuned, **other), tmp_path / f"bad-{word}", progress=False)
         assert not (tmp_path / f"bad-{word}").exists()
     with pytest.raises(InputError, match="not a finished"):
         train(replace(tuned, init=str(tmp_path / "nothing")), tmp_path / "bad-missing", progress=False)
+
+
+def test_automatic_zmatrix_run_trains_resumes_and_reloads(md_file, tmp_path, cli):
+    from bgp4.generator.model import load_generator
+    from bgp4.generator.train import finish_training, prepare_training
+    from bgp4.simulation.zmatrix import automatic_zmatrix
+
+    settings = TrainSettings(
+        data=str(md_file), model="spline", zmatrix="auto", **{**TINY, "steps": 8, "energy_steps": 2, "eval_every": 4}
+    )
+    first = prepare_training(settings, tmp_path / "auto")
+    assert first.bg.zmatrix == "auto" and first.bg.n_dims == 48
+    assert first.fit(progress=False, until=5) is None
+    first.close()
+    resumed = prepare_training(settings, tmp_path / "auto")  # resumes from the checkpoint at step 5
+    summary = resumed.fit(progress=False)
+    finish_training(resumed, summary)
+    train(settings, tmp_path / "unbroken", progress=False)
+    _assert_same_model(tmp_path / "unbroken", tmp_path / "auto")
+    assert summary["steps"] == 10 and summary["n_dims"] == 48 and summary["weights_defined"]
+    assert RunDirectory(tmp_path / "auto").settings()["zmatrix"] == "auto"
+    bg = load_generator(tmp_path / "auto" / "model.pt")
+    rows, _ = automatic_zmatrix(bg.molecule().topology)
+    assert bg.zmatrix == "auto" and [list(r) for r in bg.transform.z_matrix] == [list(r) for r in rows]
+    x = torch.as_tensor(resumed.data.train_frames[:16])
+    with torch.no_grad():
+        torch.testing.assert_close(bg.log_prob(x), resumed.bg.cpu().log_prob(x), rtol=0, atol=0)
+    with pytest.raises(InputError, match=r"other settings \(zmatrix\)"):
+        train(replace(settings, zmatrix="hand"), tmp_path / "auto", progress=False)
+    help_text = cli("train", "--help").stdout
+    assert "--zmatrix" in help_text and "hand" in help_text
+    bad = _one_line_error(cli("train", "--data", str(md_file), "--out", str(tmp_path / "x"), "--zmatrix", "bond"))
+    assert "zmatrix (--zmatrix) must be one of hand, auto" in bad

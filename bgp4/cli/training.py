@@ -123,6 +123,16 @@ def train(
         )
         + _d("fix_constrained"),
     ),
+    zmatrix: Optional[str] = typer.Option(
+        None,
+        "--zmatrix",
+        help=(
+            "Internal coordinates of the flow: hand (the molecule's own z-matrix; for alanine dipeptide"
+            " the hand-written one of the paper's setup) or auto (built from the bond graph: heavy atoms"
+            " outward from a central rigid block, each hydrogen on its own heavy atom)."
+        )
+        + _d("zmatrix"),
+    ),
     device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
     seed: Optional[int] = typer.Option(
         None, help="Random seed (split, initialization, batches, samples)." + _d("seed")
@@ -186,6 +196,7 @@ def train(
         test_fraction=test_fraction,
         eval_every=eval_every,
         fix_constrained=fix_constrained,
+        zmatrix=zmatrix,
         device=device,
         seed=seed,
         workers=workers,

@@ -28,6 +28,7 @@ from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
 from bgp4.kinds import KINDS, get_kind
 from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, constrained_bonds, get_molecule
+from bgp4.simulation.zmatrix import with_automatic_zmatrix
 
 __all__ = [
     "BoltzmannGenerator",
@@ -37,6 +38,7 @@ __all__ = [
     "load_generator",
     "n_parameters",
     "weights_defined",
+    "with_zmatrix",
 ]
 
 
@@ -47,6 +49,16 @@ class GeneratorSample(NamedTuple):
     log_q: torch.Tensor
     ok: torch.Tensor
     z: torch.Tensor
+
+
+def with_zmatrix(molecule: Molecule, zmatrix: str = "hand") -> Molecule:
+    """`molecule` with the z-matrix and rigid block a run asks for: hand (the molecule's own, for
+    alanine dipeptide the hand-written one) or auto (`bgp4.simulation.zmatrix`'s, from the bond graph)."""
+    if zmatrix == "hand":
+        return molecule
+    if zmatrix == "auto":
+        return with_automatic_zmatrix(molecule)
+    raise InputError(f"zmatrix must be one of hand, auto, got {zmatrix!r}")
 
 
 def n_parameters(module: nn.Module) -> int:
@@ -118,7 +130,7 @@ class BoltzmannGenerator(nn.Module):
     """Normal prior + flow + mixed coordinate transform; positions in nm, shapes below.
 
     Attributes: transform (MixedCoordinateTransform, buffers only), flow (SequentialFlow),
-    config {kind, blocks, hidden, bins, fix_constrained, n_dims, molecule}, circular_latent (n_dims,) bool:
+    config {kind, blocks, hidden, bins, fix_constrained, n_dims, molecule, zmatrix}, circular_latent (n_dims,) bool:
     latent coordinates that are angles (uniform prior on [-pi, pi), period 2 pi); the others have
     a standard normal prior.
     """
@@ -135,9 +147,16 @@ class BoltzmannGenerator(nn.Module):
         """Name of the molecule the generator was fitted to (files of older versions: the default)."""
         return str(self.config.get("molecule", DEFAULT_MOLECULE))
 
+    @property
+    def zmatrix(self) -> str:
+        """Which z-matrix the transform was built from: hand or auto (files of older versions: hand).
+        The transform itself keeps its rows (`MixedCoordinateTransform.structure`), so a model
+        file reloads to the same generator either way."""
+        return str(self.config.get("zmatrix", "hand"))
+
     def molecule(self) -> Molecule:
-        """The molecule (OpenMM system, topology) the generator was fitted to."""
-        return get_molecule(self.molecule_name)
+        """The molecule (OpenMM system, topology) the generator was fitted to, with its z-matrix."""
+        return with_zmatrix(get_molecule(self.molecule_name), self.zmatrix)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -233,6 +252,7 @@ def build_generator(
     dtype: torch.dtype = torch.float32,
     bins: int = 0,
     shell: bool = False,
+    zmatrix: str = "hand",
 ) -> BoltzmannGenerator:
     """A generator of `kind` whose coordinate transform is fitted to `data`.
 
@@ -248,6 +268,9 @@ def build_generator(
             default molecule; False: the paper's 60).
         shell: with data=None, build an unfitted shell whose buffers `load_state_dict` fills;
             without it, data=None is refused (an unfitted model samples nonsense).
+        zmatrix: hand (the molecule's own z-matrix and rigid block) or auto (the automatic ones
+            from its bond graph, `bgp4.simulation.zmatrix`); both give 48 flow dims for the default
+            molecule with fix_constrained.
 
     Trainable parameters at the defaults, 48 dims: 662,450 (rnvp) / 669,650 (p4inv).
 
@@ -257,7 +280,7 @@ def build_generator(
     48
     """
     spec = get_kind(kind)
-    molecule = get_molecule() if molecule is None else molecule
+    molecule = with_zmatrix(get_molecule() if molecule is None else molecule, zmatrix)
     torsions = spec.torsions
     if data is None:
         if not shell:
@@ -274,6 +297,7 @@ def build_generator(
         "fix_constrained": bool(fix_constrained),
         "n_dims": transform.n_dims,
         "molecule": molecule.name,
+        "zmatrix": zmatrix,
     }
     return BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
 

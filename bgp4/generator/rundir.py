@@ -108,7 +108,9 @@ class RunDirectory(Stage):
 
 # what a run started from another (--init) must share with it: the architecture, and the data and
 # split, so that the test frames stay unseen and the fitted coordinate transform stays valid
-INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "seed", "test_fraction")
+INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "zmatrix", "seed", "test_fraction")
+# the value of a setting a run of an older version did not record
+_INIT_DEFAULTS = {"zmatrix": "hand"}
 
 
 def check_init(init: str | Path, record: dict[str, Any]) -> None:
@@ -117,7 +119,7 @@ def check_init(init: str | Path, record: dict[str, Any]) -> None:
     source = RunDirectory(init)
     if not source.complete or not source.file(MODEL).is_file():
         raise InputError(f"init={init} (--init): not a finished bgp4 training run (no {COMPLETE} or {MODEL})")
-    differ = changed(source.settings(), record, keys=INIT_MUST_MATCH)
+    differ = changed(source.settings(), record, keys=INIT_MUST_MATCH, defaults=_INIT_DEFAULTS)
     if differ:
         raise InputError(
             f"init={init} (--init) was trained with another {', '.join(differ)}; "

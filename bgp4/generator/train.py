@@ -93,6 +93,7 @@ class Trainer:
                 hidden=settings.hidden,
                 fix_constrained=settings.fix_constrained,
                 bins=settings.bins,
+                zmatrix=settings.zmatrix,
             ).to(self.device)
         self.data.map(self.bg)
         self.loop = TrainingLoop(settings, self.bg, self.data, run, self.rng, self.device)
