@@ -1,0 +1,198 @@
+"""Capped peptides built from a sequence; the built-in alanine tetra- and hexapeptide; `simulate --sequence`."""
+
+from __future__ import annotations
+
+import mdtraj
+import numpy as np
+import openmm
+import pytest
+import torch
+
+from bgp4.errors import InputError
+from bgp4.flows import MixedCoordinateTransform
+from bgp4.simulation.data import read_settings
+from bgp4.simulation.molecule import PEPTIDES, constrained_bonds, get_molecule, molecule_name
+from bgp4.simulation.peptide import AMINO_ACIDS, build_capped_peptide, check_sequence, place_atom
+from bgp4.simulation.zmatrix import backbone_torsion_rows, torsion_row
+
+
+def _energy(system: openmm.System, positions: np.ndarray) -> float:
+    """Potential energy in kJ/mol (Reference platform)."""
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(positions)
+    return context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+
+
+def _ca_handedness(topology: mdtraj.Topology, positions: np.ndarray) -> list[float]:
+    """Sign of (N - CA) . ((C - CA) x (CB - CA)) of every residue with a CB: its CA's handedness."""
+    signs = []
+    for residue in topology.residues:
+        atoms = {a.name: a.index for a in residue.atoms}
+        if {"N", "CA", "C", "CB"} <= set(atoms):
+            n, ca, c, cb = (positions[atoms[k]] for k in ("N", "CA", "C", "CB"))
+            signs.append(float(np.sign(np.dot(n - ca, np.cross(c - ca, cb - ca)))))
+    return signs
+
+
+@pytest.fixture(scope="module")
+def tetrapeptide():
+    return get_molecule("alanine-tetrapeptide")
+
+
+@pytest.fixture(scope="module")
+def tetra_frames(tetrapeptide):
+    """200 frames of 600 K Langevin MD of the tetrapeptide (Reference platform), (200, 42, 3) float64 nm."""
+    integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
+    integrator.setRandomNumberSeed(4321)
+    context = openmm.Context(tetrapeptide.system, integrator, openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(tetrapeptide.positions)
+    context.setVelocitiesToTemperature(600.0, 4321)
+    integrator.step(500)
+    frames = []
+    for _ in range(200):
+        integrator.step(5)
+        frames.append(
+            context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
+        )
+    return np.asarray(frames, dtype=np.float64)
+
+
+def test_nerf_places_bond_angle_and_torsion():
+    a, b, c = np.array([0.0, 1.0, 0.0]), np.zeros(3), np.array([1.0, 0.0, 0.0])
+    d = place_atom(a, b, c, 0.15, np.radians(110.0), np.radians(60.0))
+    top = mdtraj.Topology()
+    residue = top.add_residue("X", top.add_chain())
+    for _ in range(4):
+        top.add_atom("C", mdtraj.element.carbon, residue)
+    traj = mdtraj.Trajectory(np.array([a, b, c, d])[None], top)
+    assert np.linalg.norm(d - c) == pytest.approx(0.15)
+    assert np.degrees(mdtraj.compute_angles(traj, [[1, 2, 3]])[0, 0]) == pytest.approx(110.0, abs=1e-3)
+    assert np.degrees(mdtraj.compute_dihedrals(traj, [[0, 1, 2, 3]])[0, 0]) == pytest.approx(60.0, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("name", "n_atoms", "n_residues"), [("alanine-tetrapeptide", 42, 5), ("alanine-hexapeptide", 62, 7)]
+)
+def test_built_in_peptides(molecule, name, n_atoms, n_residues):
+    peptide = get_molecule(name)
+    assert peptide.name == name and peptide.n_atoms == n_atoms == peptide.topology.n_atoms
+    assert peptide.topology.n_residues == n_residues
+    assert [r.name for r in peptide.topology.residues] == ["ACE", *["ALA"] * (n_residues - 2), "NME"]
+    n_hydrogens = sum(a.element.symbol == "H" for a in peptide.topology.atoms)
+    assert peptide.system.getNumConstraints() == n_hydrogens == (n_atoms + 2) // 2  # every X-H bond: 22 and 32
+    energy = _energy(peptide.system, peptide.positions)
+    assert np.isfinite(energy) and energy < 0.0  # minimized: -110 and -87 kJ/mol
+    # L-alanines: every CA has the handedness of alanine dipeptide's.
+    reference = _ca_handedness(molecule.topology, molecule.positions)
+    assert _ca_handedness(peptide.topology, peptide.positions) == reference * (n_residues - 2)
+    # The automatic z-matrix, with phi and psi of the central residue as z-matrix torsions.
+    assert sorted(peptide.z_matrix[:, 0].tolist() + peptide.rigid_block.tolist()) == list(range(n_atoms))
+    central = peptide.topology.atom(peptide.phi[2]).residue
+    assert central.index == n_residues // 2 and peptide.topology.atom(peptide.psi[1]).residue is central
+    assert [peptide.topology.atom(i).name for i in peptide.phi] == ["C", "N", "CA", "C"]
+    assert [peptide.topology.atom(i).name for i in peptide.psi] == ["N", "CA", "C", "N"]
+    assert (
+        torsion_row(peptide.z_matrix, peptide.phi) is not None
+        and torsion_row(peptide.z_matrix, peptide.psi) is not None
+    )
+    rows = backbone_torsion_rows(peptide.topology, peptide.z_matrix)
+    assert all(None not in rows[kind] for kind in ("phi", "psi"))
+
+
+def test_alanine_dipeptide_is_unchanged(molecule):
+    assert molecule.z_matrix.shape == (17, 4) and molecule.rigid_block.tolist() == [6, 8, 9, 10, 14]
+    assert (molecule.phi, molecule.psi) == ((4, 6, 8, 14), (6, 8, 14, 16))
+    assert _energy(molecule.system, molecule.positions) == pytest.approx(-95.70, abs=0.01)
+
+
+def test_a_short_build(molecule):
+    topology, positions = build_capped_peptide("GS")
+    assert [r.name for r in topology.residues()] == ["ACE", "GLY", "SER", "NME"]
+    assert positions.shape == (topology.getNumAtoms(), 3) == (30, 3)
+    assert _ca_handedness(mdtraj.Topology.from_openmm(topology), positions) == [1.0]  # SER (GLY has no CB)
+
+
+def test_sequence_names(tetrapeptide):
+    assert molecule_name("sequence:aaa") == "sequence:AAA"
+    built = get_molecule("sequence:AAA")
+    assert built.name == "sequence:AAA"
+    assert [(a.residue.name, a.name) for a in built.topology.atoms] == [
+        (a.residue.name, a.name) for a in tetrapeptide.topology.atoms
+    ]
+    assert {tuple(sorted((a.index, b.index))) for a, b in built.topology.bonds} == {
+        tuple(sorted((a.index, b.index))) for a, b in tetrapeptide.topology.bonds
+    }
+    assert (built.z_matrix == tetrapeptide.z_matrix).all() and (built.rigid_block == tetrapeptide.rigid_block).all()
+    assert (built.phi, built.psi) == (tetrapeptide.phi, tetrapeptide.psi)
+    # The shipped structure is this build, to the PDB format's precision (run/scripts/build_peptides.py).
+    assert np.abs(built.positions - tetrapeptide.positions).max() < 1e-3
+    for bad in ("sequence:AZA", "sequence:", "sequence:A1"):
+        with pytest.raises(InputError):
+            molecule_name(bad)
+    with pytest.raises(InputError, match="'Z' is no amino acid"):
+        check_sequence("AZA")
+
+
+@pytest.mark.slow
+def test_every_standard_amino_acid_builds(molecule):
+    """All 20 residues match amber99sb-ildn's templates; L-handed, finite and low energy after the minimization."""
+    sequence = "".join(AMINO_ACIDS)
+    peptide = get_molecule("sequence:" + sequence)
+    md_topology, positions = peptide.topology, peptide.positions
+    assert [r.name for r in md_topology.residues][1:-1] == [
+        {"HIS": r.name}.get(AMINO_ACIDS[c], AMINO_ACIDS[c]) for c, r in zip(sequence, list(md_topology.residues)[1:-1])
+    ]  # HIS becomes HID, HIE or HIP as addHydrogens protonates it
+    energy = _energy(peptide.system, positions)
+    assert np.isfinite(energy) and energy < 0.0
+    assert set(_ca_handedness(md_topology, positions)) == set(_ca_handedness(molecule.topology, molecule.positions))
+    # THR and ILE have their natural CB: the chi1 atom at +120 degrees from CG2 about CA-CB.
+    traj = mdtraj.Trajectory(positions[None], md_topology)
+    for residue in md_topology.residues:
+        if residue.name in ("THR", "ILE"):
+            atoms = {a.name: a.index for a in residue.atoms}
+            chi1 = atoms["OG1" if residue.name == "THR" else "CG1"]
+            quartets = [[atoms["N"], atoms["CA"], atoms["CB"], i] for i in (chi1, atoms["CG2"])]
+            first, second = np.degrees(mdtraj.compute_dihedrals(traj, quartets)[0])
+            assert (first - second) % 360.0 == pytest.approx(120.0, abs=25.0)
+
+
+@pytest.mark.parametrize("fix_constrained", [False, True])
+def test_flow_dims(tetrapeptide, fix_constrained):
+    transform = MixedCoordinateTransform.shell(tetrapeptide, fix_constrained=fix_constrained)
+    n_constraints = len(constrained_bonds(tetrapeptide)) if fix_constrained else 0
+    assert transform.n_dims == 3 * 42 - 6 - n_constraints
+
+
+def test_round_trip_on_md_frames(tetrapeptide, tetra_frames):
+    x = torch.as_tensor(tetra_frames)
+    transform = MixedCoordinateTransform.fit(x, tetrapeptide, fix_constrained=True, torsions="circular")
+    back, _ = transform.to_cartesian(transform.from_cartesian(x)[0])
+    assert float((back - transform.superpose(x)).norm(dim=-1).max()) < 1e-5
+
+
+def test_simulate_the_tetrapeptide(cli, tmp_path):
+    out = tmp_path / "tetra.h5"
+    args = ("--frames", 200, "--equilibration-ps", 1, "--replicas", 1, "--quiet", "--out", out)
+    result = cli("simulate", "--molecule", "alanine-tetrapeptide", *args)
+    assert result.returncode == 0, result.stderr
+    traj = mdtraj.load(str(out))
+    assert traj.n_frames == 200 and traj.n_atoms == 42
+    assert read_settings(out)["molecule"] == "alanine-tetrapeptide"
+
+
+def test_simulate_refuses_bad_sequences(cli, tmp_path):
+    out = tmp_path / "x.h5"
+    result = cli("simulate", "--sequence", "AZA", "--frames", 10, "--out", out)
+    assert result.returncode == 2 and "'Z' is no amino acid" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = cli("simulate", "--sequence", "AAA", "--molecule", "alanine-dipeptide", "--frames", 10, "--out", out)
+    assert result.returncode == 2 and "not both" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_peptides_ship_in_the_package():
+    from importlib import resources
+
+    for name in PEPTIDES:
+        assert resources.files("bgp4.simulation").joinpath("resources", f"{name}.pdb").is_file()
