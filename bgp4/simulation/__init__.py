@@ -6,6 +6,7 @@ Modules:
     data: trajectory files (mdtraj HDF5) with the run's settings.
     energy: OpenMM energies and forces as numpy arrays or a differentiable torch function.
     zmatrix: an automatic z-matrix from a molecule's bond graph.
+    peptide: capped peptides built from an amino-acid sequence (ideal geometry, hydrogens, minimization).
 
 This is the only layer that knows which molecule it is; it knows nothing of flows.
 """
