@@ -196,3 +196,20 @@ def test_peptides_ship_in_the_package():
 
     for name in PEPTIDES:
         assert resources.files("bgp4.simulation").joinpath("resources", f"{name}.pdb").is_file()
+
+
+@pytest.mark.slow
+def test_tetrapeptide_end_to_end(cli, tmp_path):
+    """simulate -> train (a few steps) -> sample -> analyze on the tetrapeptide: every stage finds its molecule."""
+    data, run, report = tmp_path / "tetra.h5", tmp_path / "run", tmp_path / "report"
+    md = ("--frames", 400, "--equilibration-ps", 1, "--replicas", 1, "--quiet", "--out", data)
+    assert cli("simulate", "--sequence", "AAA", *md).returncode == 0
+    tiny = ("--steps", 20, "--energy-steps", 2, "--blocks", 1, "--hidden", 16, "--batch", 32, "--eval-every", 10)
+    result = cli("train", "--data", data, "--out", run, *tiny, "--workers", 1, "--quiet")
+    assert result.returncode == 0, result.stderr
+    result = cli("sample", run, "--n", 64, "--workers", 1, "--refine", 0, "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert mdtraj.load(str(run / "samples.h5")).n_atoms == 42
+    result = cli("analyze", run, "--data", data, "--out", report, "--workers", 1)
+    assert result.returncode == 0, result.stderr
+    assert (report / "ramachandran.png").is_file()
