@@ -155,7 +155,11 @@ class BoltzmannGenerator(nn.Module):
         return str(self.config.get("zmatrix", "hand"))
 
     def molecule(self) -> Molecule:
-        """The molecule (OpenMM system, topology) the generator was fitted to, with its z-matrix."""
+        """The molecule (OpenMM system, topology) the generator was fitted to.
+
+        Its z-matrix is the one this version of bgp4 gives for the run's choice (hand or auto); the
+        generator itself maps coordinates with the rows saved in its transform
+        (`self.transform.structure()`), which stay as they were built."""
         return with_zmatrix(get_molecule(self.molecule_name), self.zmatrix)
 
     @property

@@ -153,7 +153,8 @@ _RING_BONDS = {
 # Backbone geometry (Angstrom, degrees): peptide-bond values of Engh and Huber, rounded.
 _N_CA, _CA_C, _C_N, _C_O, _CA_CB = 1.458, 1.525, 1.329, 1.231, 1.530
 _C_N_CA, _N_CA_C, _CA_C_N, _CA_C_O, _N_CA_CB = 121.7, 111.2, 116.2, 120.5, 110.5
-#: Torsion C-N-CA-CB of an L-amino acid (alanine dipeptide's is -120 degrees).
+#: Torsion C-N-CA-CB of an L-amino acid, with the residue's own carbonyl C (alanine dipeptide's is
+#: -120 degrees; with the previous residue's C it would be about +60).
 _L_CB_TORSION = -122.5
 #: Backbone torsions of the built structure: polyproline II, trans peptide bonds.
 PHI, PSI, OMEGA = -75.0, 145.0, 180.0

@@ -43,7 +43,7 @@ __all__ = [
     "with_automatic_zmatrix",
 ]
 
-#: Atom names of a peptide's main chain (CH3: the methyl carbons of ACE and NME caps).
+#: Atom names of a peptide's main chain (CH3: the methyl carbon of the ACE cap; NME's methyl is named C).
 BACKBONE_NAMES = frozenset({"N", "CA", "C", "CH3"})
 
 
