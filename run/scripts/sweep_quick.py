@@ -1,5 +1,9 @@
 """Wall time of a quick-preset sweep on Dask against the same runs one after another.
 
+The settings below are the quick preset's as it was when run/results/sweep-quick was measured
+(4,000 + 400 steps, 20,000 samples), kept so that those timings can be repeated; the preset
+itself has changed since (bgp4/pipeline.py).
+
     python run/scripts/sweep_quick.py [--out out/sweep-bench] [--seeds 3] [--tiny] [--sweep-only]
 
 1. MD data with the quick preset's settings (`bgp4 simulate`, not timed; skipped if present).
