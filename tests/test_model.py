@@ -140,7 +140,7 @@ def test_save_load_round_trip(kind, frames, molecule, tmp_path):
             "hidden": 60,
             "fix_constrained": True,
             "n_dims": 48,
-            "molecule": molecule.name,
+            **molecule.record(),  # the molecule and its system, so that the model rebuilds it alone
             "zmatrix": "hand",
         }
     )
@@ -193,7 +193,7 @@ def test_the_kind_registry_says_what_is_built(kind, molecule):
         **spec.architecture(1, 8),
         "fix_constrained": True,
         "n_dims": 48,
-        "molecule": molecule.name,
+        **molecule.record(),
         "zmatrix": "hand",
     }
 

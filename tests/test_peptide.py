@@ -187,7 +187,7 @@ def test_simulate_refuses_bad_sequences(cli, tmp_path):
     assert result.returncode == 2 and "'Z' is no amino acid" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     result = cli("simulate", "--sequence", "AAA", "--molecule", "alanine-dipeptide", "--frames", 10, "--out", out)
-    assert result.returncode == 2 and "not both" in result.stderr
+    assert result.returncode == 2 and "only one of" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bgp4.flows import MixedCoordinateTransform
-from bgp4.simulation.molecule import FORCE_FIELD, PHI, PSI, constrained_bonds
+from bgp4.simulation.molecule import PHI, PSI, constrained_bonds, pdb_molecule
 from bgp4.simulation.zmatrix import automatic_zmatrix, backbone_torsion_rows, torsion_row, with_automatic_zmatrix
 
 
@@ -118,15 +118,10 @@ def test_pdb_file_in_another_atom_order(molecule, auto, frames, tmp_path):
     path = tmp_path / "shuffled.pdb"
     traj = mdtraj.Trajectory(molecule.positions[order][None], _permuted_topology(molecule.topology, order))
     traj.save_pdb(str(path))
-    pdb = app.PDBFile(str(path))
-    topology = mdtraj.Topology.from_openmm(pdb.topology)
+    shuffled = pdb_molecule(path)  # what `bgp4 simulate --pdb` reads: the file's atom order kept
+    topology = shuffled.topology
+    assert shuffled.name == "pdb:shuffled" and shuffled.system.getNumConstraints() == 12
     assert [a.name for a in topology.atoms] == [molecule.topology.atom(int(i)).name for i in order]
-    system = app.ForceField(*FORCE_FIELD).createSystem(
-        pdb.topology, nonbondedMethod=app.NoCutoff, constraints=app.HBonds
-    )
-    shuffled = with_automatic_zmatrix(
-        dataclasses.replace(molecule, system=system, topology=topology, positions=molecule.positions[order])
-    )
     _check_layout(topology, shuffled.z_matrix, shuffled.rigid_block)
     # The same rows as for bgp4's order, relabelled: new index of old atom i is position[i].
     position = np.argsort(order)

@@ -24,7 +24,9 @@ def simulate(
     frames: int = typer.Option(default_of(_MD, "frames"), help="Frames to save in total, split evenly over replicas."),
     temperature: float = typer.Option(default_of(_MD, "temperature"), help="Temperature in K."),
     timestep_fs: float = typer.Option(
-        default_of(_MD, "timestep_fs"), "--timestep-fs", help="Integration time step in fs."
+        default_of(_MD, "timestep_fs"),
+        "--timestep-fs",
+        help="Integration time step in fs (0: 2 fs with X-H bonds constrained, 1 fs with --constraints none).",
     ),
     save_every: int = typer.Option(
         default_of(_MD, "save_every"), "--save-every", help="Integration steps between saved frames."
@@ -56,19 +58,40 @@ def simulate(
             "Ace-Ala3-Nme); the data file records it as the molecule sequence:SEQ. Not with --molecule."
         ),
     ),
+    pdb: str = typer.Option(
+        default_of(_MD, "pdb"),
+        "--pdb",
+        help=(
+            "Simulate the molecule of this PDB (or PDBx/mmCIF) file: any atom order and hydrogen naming "
+            "OpenMM reads; missing hydrogens are added, the structure minimized. Not with --molecule."
+        ),
+    ),
+    forcefield: str = typer.Option(
+        default_of(_MD, "forcefield"), "--forcefield", help="Force field: amber99sb-ildn or amber14 (OpenMM's files)."
+    ),
+    solvent: str = typer.Option(
+        default_of(_MD, "solvent"), "--solvent", help="Solvent: obc (OBC implicit water) or vacuum."
+    ),
+    constraints: str = typer.Option(
+        default_of(_MD, "constraints"),
+        "--constraints",
+        help="hbonds: every X-H bond held at its length (fixed in the flows too); none: every bond free.",
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace a finished output file and discard a partial run."
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """Run Langevin MD of the molecule (alanine dipeptide: amber99sb-ildn, OBC implicit solvent) and save frames.
+    """Run Langevin MD of a molecule (default: alanine dipeptide, amber99sb-ildn, OBC implicit solvent) and save frames.
 
-    Defaults are the paper's 600 K protocol. A run cut off at any moment resumes when the same
-    command is run again; rerunning a finished one reports it and exits.
+    The molecule is a built-in one (--molecule), a capped peptide (--sequence) or a structure file
+    (--pdb); the data file records it with its force field, solvent and constraints, and every later
+    stage takes them from there. Defaults are the paper's 600 K protocol. A run cut off at any moment
+    resumes when the same command is run again; rerunning a finished one reports it and exits.
     """
     if sequence:
-        if molecule:
-            raise InputError("give --molecule or --sequence, not both")
+        if molecule or pdb:
+            raise InputError("give only one of --molecule, --sequence and --pdb")
         molecule = f"sequence:{sequence}"
     settings = MDSettings(
         frames=frames,
@@ -81,6 +104,10 @@ def simulate(
         seed=seed,
         platform=platform,
         molecule=molecule,
+        pdb=pdb,
+        forcefield=forcefield,
+        solvent=solvent,
+        constraints=constraints,
     )
     if not overwrite and completed(out, settings):
         typer.echo(f"{out}: already complete ({settings.frames} frames)")

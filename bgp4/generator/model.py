@@ -27,7 +27,7 @@ from bgp4.flows.coupling import AffineCoupling
 from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
 from bgp4.kinds import KINDS, get_kind
-from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, constrained_bonds, get_molecule
+from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, constrained_bonds, get_molecule, molecule_of
 from bgp4.simulation.zmatrix import with_automatic_zmatrix
 
 __all__ = [
@@ -160,7 +160,7 @@ class BoltzmannGenerator(nn.Module):
         Its z-matrix is the one this version of bgp4 gives for the run's choice (hand or auto); the
         generator itself maps coordinates with the rows saved in its transform
         (`self.transform.structure()`), which stay as they were built."""
-        return with_zmatrix(get_molecule(self.molecule_name), self.zmatrix)
+        return with_zmatrix(molecule_of(self.config, source="the model"), self.zmatrix)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -300,7 +300,7 @@ def build_generator(
         **spec.architecture(blocks, hidden, bins),
         "fix_constrained": bool(fix_constrained),
         "n_dims": transform.n_dims,
-        "molecule": molecule.name,
+        **molecule.record(),  # name, system (force field, solvent, constraints), structure of a PDB molecule
         "zmatrix": zmatrix,
     }
     return BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)

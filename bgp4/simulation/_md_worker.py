@@ -55,7 +55,8 @@ def run_replica(workdir: str, replica: int, settings: dict, progress: Callable[[
     `progress(n)` is told the frames held so far: at the start, every PROGRESS_EVERY frames and at
     each checkpoint. Positions are stored in nm, energies in kJ/mol.
     """
-    from bgp4.simulation.molecule import get_molecule
+    from bgp4.simulation.molecule import molecule_of
+    from bgp4.stage import Stage
 
     s = MDSettings(**settings)
     seed = s.seeds()[replica]
@@ -63,7 +64,7 @@ def run_replica(workdir: str, replica: int, settings: dict, progress: Callable[[
     state_path, frames_path = work / STATE_FILE.format(replica), work / FRAMES_FILE.format(replica)
     tell = progress or (lambda n: None)
 
-    molecule = get_molecule(s.molecule)
+    molecule = molecule_of(Stage(work).recorded(), source=work)  # the run's record: system and structure
     record = record_dtype(molecule.n_atoms)
     integrator, context = _context(molecule, s, seed)
     done = _start(context, integrator, molecule, s, seed, state_path)

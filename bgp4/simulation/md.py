@@ -21,13 +21,19 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.simulation.system import SystemSpec
 from bgp4.stage import Stage, changed, refuse_changes
 
+if TYPE_CHECKING:
+    from bgp4.simulation.molecule import Molecule
+
 __all__ = [
+    "AUTO_TIMESTEP_FS",
     "CHECKPOINT_EVERY",
     "PROGRESS_EVERY",
     "STATE_FILE",
@@ -45,6 +51,9 @@ __all__ = [
 
 CHECKPOINT_EVERY = 2000  # frames between checkpoints: ~1.5 s of MD, a negligible cost
 PROGRESS_EVERY = 250  # frames between progress messages to the parent
+#: Time step (fs) when none is given: 2 fs with X-H bonds constrained, 1 fs with every bond free
+#: (an X-H stretch has a period of about 10 fs; 2 fs would heat and break it).
+AUTO_TIMESTEP_FS = {"hbonds": 2.0, "none": 1.0}
 STATE_FILE = "replica-{}.state"
 FRAMES_FILE = "replica-{}.frames"
 
@@ -55,7 +64,7 @@ class MDSettings:
 
     frames: int = 500_000
     temperature: float = 600.0  # K
-    timestep_fs: float = 2.0
+    timestep_fs: float = 0.0  # 0: the step that suits the constraints (AUTO_TIMESTEP_FS)
     save_every: int = 10  # steps between saved frames
     friction: float = 1.0  # 1/ps
     equilibration_ps: float = 100.0
@@ -63,6 +72,10 @@ class MDSettings:
     seed: int = 0
     platform: str = "auto"
     molecule: str = ""  # a name registered in bgp4.simulation.molecule.MOLECULES; "": the default molecule
+    pdb: str = ""  # a structure file to simulate instead of a named molecule (bgp4.simulation.molecule.pdb_molecule)
+    forcefield: str = "amber99sb-ildn"  # bgp4.simulation.system.FORCE_FIELDS
+    solvent: str = "obc"  # obc (implicit water) or vacuum
+    constraints: str = "hbonds"  # hbonds (X-H bonds fixed) or none
 
     def resolved(self) -> MDSettings:
         """Validated copy with `replicas` and `platform` made concrete; raises InputError."""
@@ -72,8 +85,15 @@ class MDSettings:
             raise InputError(f"frames (--frames) must be at least 1, got {self.frames}")
         if not self.temperature > 0:
             raise InputError(f"temperature (--temperature) must be positive (K), got {self.temperature}")
-        if not self.timestep_fs > 0:
+        spec = SystemSpec(self.forcefield, self.solvent, self.constraints)
+        timestep = self.timestep_fs or AUTO_TIMESTEP_FS[spec.constraints]
+        if not timestep > 0:
             raise InputError(f"timestep_fs (--timestep-fs) must be positive, got {self.timestep_fs}")
+        if timestep > AUTO_TIMESTEP_FS[spec.constraints]:
+            raise InputError(
+                f"timestep_fs (--timestep-fs) {timestep:g} fs is too long for free X-H bonds (constraints "
+                f"{spec.constraints}): use at most {AUTO_TIMESTEP_FS['none']:g} fs, or leave it out for that step"
+            )
         if self.save_every < 1:
             raise InputError(f"save_every (--save-every) must be at least 1 step, got {self.save_every}")
         if self.friction < 0:
@@ -84,17 +104,35 @@ class MDSettings:
             raise InputError(f"replicas (--replicas) must be >= 1, got {self.replicas}")
         if self.seed < 0:
             raise InputError(f"seed (--seed) must be >= 0, got {self.seed}")
-        from bgp4.simulation.molecule import molecule_name
+        from bgp4.simulation.molecule import PDB_PREFIX, molecule_name
 
-        molecule = molecule_name(self.molecule)
+        if self.pdb and self.molecule:
+            raise InputError("give molecule (--molecule, --sequence) or pdb (--pdb), not both")
+        pdb = str(Path(self.pdb).resolve()) if self.pdb else ""
+        if pdb and not Path(pdb).is_file():
+            raise InputError(f"no structure file at {self.pdb} (--pdb)")
+        molecule = f"{PDB_PREFIX}{Path(pdb).stem}" if pdb else molecule_name(self.molecule)
         replicas = self.replicas or os.cpu_count() or 1
         replicas = min(replicas, self.frames)
         values = asdict(self) | {
             "replicas": replicas,
             "platform": resolve_platform(self.platform),
             "molecule": molecule,
+            "pdb": pdb,
+            "timestep_fs": float(timestep),
+            **{k: getattr(spec, k) for k in ("forcefield", "solvent", "constraints")},
         }
         return MDSettings(**values)
+
+    def spec(self) -> SystemSpec:
+        """The force field, solvent and constraints of the system to simulate."""
+        return SystemSpec(self.forcefield, self.solvent, self.constraints)
+
+    def molecule_object(self) -> Molecule:
+        """The molecule to simulate (resolved settings): the structure file's, or the named one."""
+        from bgp4.simulation.molecule import get_molecule, pdb_molecule
+
+        return pdb_molecule(self.pdb, self.spec()) if self.pdb else get_molecule(self.molecule, self.spec())
 
     def frames_of(self, replica: int) -> int:
         """Frames assigned to `replica`: an even split, the first ones taking the remainder."""
@@ -189,16 +227,14 @@ def _run_replicas(work: Path, s: MDSettings, done: list[int], bar) -> None:
 
 
 def _settings_record(s: MDSettings) -> dict:
+    """The record of the run: its settings and the molecule's (`Molecule.record`: system, structure)."""
     import openmm
-
-    from bgp4.simulation.molecule import get_molecule
 
     return {
         **asdict(s),
+        **s.molecule_object().record(),
         "kind": "md",
-        "force_field": list(get_molecule(s.molecule).force_field),
         "integrator": "LangevinMiddleIntegrator",
-        "constraints": "HBonds",
         "nonbonded": "NoCutoff",
         "replica_seeds": s.seeds(),
         "openmm_version": openmm.__version__,
@@ -213,7 +249,9 @@ def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
     from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
     request = asdict(s)
-    old = {"molecule": DEFAULT_MOLECULE}  # files written before the molecule was recorded
+    # Records of older versions: no molecule, no system but `constraints: HBonds`, no structure file.
+    old = {"molecule": DEFAULT_MOLECULE, "pdb": "", **SystemSpec().record()}
+    stored = dict(stored) | {"constraints": str(stored.get("constraints", "hbonds")).lower()}
     return changed(stored, request, keys=request, neutral=("replicas",) if auto_replicas else (), defaults=old)
 
 
@@ -267,8 +305,9 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> 
         if auto_replicas:  # started on a machine with another core count
             s = MDSettings(**(asdict(s) | {"replicas": int(previous["replicas"])}))
     else:
+        record = _settings_record(s)  # builds the molecule: a structure file it refuses leaves nothing behind
         work.path.mkdir(exist_ok=True)
-        work.record(_settings_record(s))
+        work.record(record)
     return work.path, s
 
 
@@ -302,9 +341,10 @@ def simulate(
 def _assemble(out: Path, work: Path, s: MDSettings) -> None:
     """Join the replicas' records into one mdtraj HDF5 file, replica after replica."""
     from bgp4.simulation.data import write_trajectory
-    from bgp4.simulation.molecule import get_molecule
+    from bgp4.simulation.molecule import molecule_of
 
-    molecule = get_molecule(s.molecule)
+    settings = Stage(work).recorded()
+    molecule = molecule_of(settings)
     record = record_dtype(molecule.n_atoms)
     dof = 3 * molecule.n_atoms - molecule.system.getNumConstraints() - 3
     kb = molecule.kT(1.0)
@@ -324,5 +364,4 @@ def _assemble(out: Path, work: Path, s: MDSettings) -> None:
             }
 
     replica = np.repeat(np.arange(s.replicas, dtype=np.int16), counts)
-    settings = Stage(work).recorded()
     write_trajectory(out, molecule.topology, chunks(), settings, extras={"replica": replica})

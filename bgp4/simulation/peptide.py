@@ -13,26 +13,20 @@ quoted); positions returned in nm, energies in kJ/mol.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
-import openmm
 import openmm.app as app
 
-from bgp4.errors import Bgp4Error, InputError
+from bgp4.errors import InputError
+from bgp4.simulation.structure import prepare_structure
+from bgp4.simulation.system import SystemSpec
 
 __all__ = [
-    "FORCE_FIELD",
     "AMINO_ACIDS",
     "check_sequence",
-    "create_system",
     "place_atom",
     "heavy_atom_structure",
     "build_capped_peptide",
 ]
-
-#: The force-field files of every molecule bgp4 builds (OpenMM's bundled amber99sb-ildn with OBC).
-FORCE_FIELD = ("amber99sbildn.xml", "amber96_obc.xml")
 
 #: One-letter code -> residue name (the 20 standard amino acids; HIS gets its protonation from addHydrogens).
 AMINO_ACIDS = {
@@ -175,13 +169,6 @@ def check_sequence(sequence: str) -> str:
     return sequence
 
 
-def create_system(topology: app.Topology, force_field: tuple[str, ...] = FORCE_FIELD) -> openmm.System:
-    """The system of every built-in molecule: no cutoff, X-H bonds constrained, centre-of-mass motion removed."""
-    return app.ForceField(*force_field).createSystem(
-        topology, nonbondedMethod=app.NoCutoff, constraints=app.HBonds, removeCMMotion=True
-    )
-
-
 def place_atom(a: np.ndarray, b: np.ndarray, c: np.ndarray, bond: float, angle: float, torsion: float) -> np.ndarray:
     """NeRF: the point d with |cd| = bond, angle(b, c, d) = angle and dihedral(a, b, c, d) = torsion (rad)."""
     bc = (c - b) / np.linalg.norm(c - b)
@@ -265,53 +252,12 @@ def _heavy_topology(residues: list[str]) -> tuple[app.Topology, np.ndarray]:
     return topology, np.asarray(positions) / 10.0
 
 
-def _minimize(topology: app.Topology, positions: np.ndarray, system: openmm.System) -> tuple[np.ndarray, float]:
-    """Locally minimized positions (nm) and their potential energy (kJ/mol), on the Reference platform."""
-    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
-    context.setPositions(positions)
-    context.applyConstraints(1e-8)
-    openmm.LocalEnergyMinimizer.minimize(context, 1.0, 0)
-    state = context.getState(getPositions=True, getEnergy=True)
-    out = state.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
-    return np.asarray(out, dtype=np.float64), state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
-
-
-def _add_hydrogens(modeller: app.Modeller, forcefield: app.ForceField) -> None:
-    """`modeller.addHydrogens` made reproducible: every build of a sequence gives the same structure.
-
-    OpenMM starts the new hydrogens at positions drawn from Python's global `random` (seeded here,
-    and its state put back afterwards) and relaxes them on the Reference platform, whose sums do
-    not depend on the number of threads.
-    """
-    state = random.getstate()
-    random.seed(0)
-    try:
-        modeller.addHydrogens(forcefield, pH=7.0, platform=openmm.Platform.getPlatformByName("Reference"))
-    finally:
-        random.setstate(state)
-
-
-#: Largest accepted energy per atom of a minimized structure, kJ/mol (alanine dipeptide: -4.4).
-_MAX_ENERGY_PER_ATOM = 20.0
-
-
-def build_capped_peptide(sequence: str, force_field: tuple[str, ...] = FORCE_FIELD) -> tuple[app.Topology, np.ndarray]:
+def build_capped_peptide(sequence: str, spec: SystemSpec = SystemSpec()) -> tuple[app.Topology, np.ndarray]:
     """Ace-`sequence`-Nme: OpenMM topology with hydrogens and minimized positions (n_atoms, 3) in nm.
 
-    Raises InputError for a letter that is no amino acid, Bgp4Error where a residue matches no
-    force-field template or the minimized energy is not finite and low.
+    Raises InputError for a letter that is no amino acid, a residue that matches no force-field
+    template, or a minimized energy that is not finite and low (`prepare_structure`).
     """
     residues = [AMINO_ACIDS[c] for c in check_sequence(sequence)]
     topology, heavy = _heavy_topology(residues)
-    forcefield = app.ForceField(*force_field)
-    modeller = app.Modeller(topology, heavy * openmm.unit.nanometer)
-    try:
-        _add_hydrogens(modeller, forcefield)
-        system = create_system(modeller.topology, force_field)
-    except ValueError as exc:  # OpenMM's "No template found for residue ..."
-        raise Bgp4Error(f"Ace-{sequence}-Nme: {exc}") from exc
-    start = np.asarray(modeller.getPositions().value_in_unit(openmm.unit.nanometer), dtype=np.float64)
-    positions, energy = _minimize(modeller.topology, start, system)
-    if not np.isfinite(energy) or energy > _MAX_ENERGY_PER_ATOM * len(positions):
-        raise Bgp4Error(f"Ace-{sequence}-Nme: the minimized energy {energy:.1f} kJ/mol is too high")
-    return modeller.topology, positions
+    return prepare_structure(topology, heavy, spec, label=f"Ace-{sequence}-Nme")

@@ -1,0 +1,148 @@
+"""The system choices (force field, solvent, constraints) and molecules read from structure files."""
+
+import mdtraj
+import numpy as np
+import openmm
+import pytest
+
+from bgp4.errors import InputError
+from bgp4.flows import MixedCoordinateTransform
+from bgp4.simulation.data import read_settings
+from bgp4.simulation.md import MDSettings, _differing
+from bgp4.simulation.molecule import (
+    check_same_molecule,
+    constrained_bonds,
+    get_molecule,
+    molecule_of,
+    pdb_molecule,
+)
+from bgp4.simulation.system import SystemSpec
+
+DIPEPTIDE_PDB = "bgp4/simulation/resources/alanine-dipeptide.pdb"
+TETRAPEPTIDE_PDB = "bgp4/simulation/resources/alanine-tetrapeptide.pdb"
+
+
+def _energy(molecule) -> float:
+    context = openmm.Context(
+        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
+    )
+    context.setPositions(molecule.positions)
+    return context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+
+
+def test_spec_validates_and_round_trips_through_a_record():
+    spec = SystemSpec("AMBER14", "Vacuum", "None")
+    assert (spec.forcefield, spec.solvent, spec.constraints) == ("amber14", "vacuum", "none")
+    assert spec.files() == ("amber14-all.xml",)
+    assert SystemSpec.from_record(spec.record()) == spec
+    assert SystemSpec.from_record({}) == SystemSpec()  # records of older versions
+    for bad in ({"forcefield": "charmm"}, {"solvent": "water"}, {"constraints": "allbonds"}):
+        with pytest.raises(InputError, match=next(iter(bad))):
+            SystemSpec(**bad)
+
+
+def test_solvent_and_constraints_change_the_system():
+    default = get_molecule()
+    free = get_molecule(None, SystemSpec(constraints="none"))
+    vacuum = get_molecule(None, SystemSpec(solvent="vacuum"))
+    assert default.system.getNumConstraints() == 12 and free.system.getNumConstraints() == 0
+    assert not any(isinstance(f, openmm.GBSAOBCForce) for f in vacuum.system.getForces())
+    # Free X-H bonds add their (near-zero at this structure) stretch terms; vacuum loses the solvation energy.
+    assert _energy(free) == pytest.approx(_energy(default), abs=0.01)
+    assert _energy(vacuum) - _energy(default) > 20.0
+    assert molecule_of(free.record()).system.getNumConstraints() == 0
+
+
+@pytest.mark.parametrize("name, n_atoms", [("alanine-dipeptide", 22), ("alanine-tetrapeptide", 42)])
+def test_flow_dims_are_3n_minus_6_less_the_fixed_constraints(name, n_atoms):
+    held = get_molecule(name)
+    free = get_molecule(name, SystemSpec(constraints="none"))
+    n_held = MixedCoordinateTransform.shell(held, fix_constrained=True).n_dims
+    assert n_held == 3 * n_atoms - 6 - len(constrained_bonds(held))
+    assert MixedCoordinateTransform.shell(free, fix_constrained=True).n_dims == 3 * n_atoms - 6
+
+
+def test_a_heavy_atom_pdb_gets_its_hydrogens_and_travels_in_records(tmp_path):
+    full = mdtraj.load(TETRAPEPTIDE_PDB)
+    path = tmp_path / "heavy.pdb"
+    full.atom_slice(full.topology.select("not element H")).save_pdb(str(path))
+    molecule = pdb_molecule(path)
+    assert molecule.name == "pdb:heavy" and molecule.n_atoms == 42
+    assert molecule.system.getNumConstraints() == len(constrained_bonds(get_molecule("alanine-tetrapeptide")))
+    assert _energy(molecule) < 0.0  # minimized, no clash
+    again = molecule_of(molecule.record())
+    assert np.array_equal(again.positions, molecule.positions)
+    assert np.array_equal(again.z_matrix, molecule.z_matrix)
+    check_same_molecule(molecule, again)
+    with pytest.raises(InputError, match="different molecules"):
+        check_same_molecule(molecule, get_molecule("alanine-tetrapeptide"))
+    with pytest.raises(InputError, match="constraints hbonds vs none"):
+        check_same_molecule(get_molecule(), get_molecule(None, SystemSpec(constraints="none")))
+
+
+def _with_ion(path, tmp_path):
+    text = open(path).read().replace("END\n", "")
+    ion = "HETATM  999 NA    NA B   9       9.000   9.000   9.000  1.00  0.00          NA\nEND\n"
+    (tmp_path / "ion.pdb").write_text(text + ion)
+    return tmp_path / "ion.pdb"
+
+
+def test_structures_one_zmatrix_cannot_cover_are_refused(tmp_path):
+    dipeptide = mdtraj.load(DIPEPTIDE_PDB)
+    shifted = dipeptide.slice(0)
+    shifted.xyz += 1.5
+    dipeptide.stack(shifted).save_pdb(str(tmp_path / "two.pdb"))
+    with pytest.raises(InputError, match="in 2 pieces"):
+        pdb_molecule(tmp_path / "two.pdb")
+    with pytest.raises(InputError, match="does not cover the residue"):
+        pdb_molecule(_with_ion(DIPEPTIDE_PDB, tmp_path))
+    renamed = tmp_path / "xyz.pdb"
+    renamed.write_text(open(DIPEPTIDE_PDB).read().replace("ALA", "XYZ"))
+    with pytest.raises(InputError, match="XYZ"):
+        pdb_molecule(renamed)
+    with pytest.raises(InputError, match="no structure file"):
+        pdb_molecule(tmp_path / "missing.pdb")
+
+
+def test_md_settings_refuse_bad_combinations(tmp_path):
+    with pytest.raises(InputError, match="not both"):
+        MDSettings(molecule="alanine-dipeptide", pdb=DIPEPTIDE_PDB).resolved()
+    with pytest.raises(InputError, match="too long for free X-H bonds"):
+        MDSettings(constraints="none", timestep_fs=2.0).resolved()
+    assert MDSettings(constraints="none").resolved().timestep_fs == 1.0
+    assert MDSettings().resolved().timestep_fs == 2.0
+
+
+def test_runs_of_older_versions_still_resume():
+    old = {"constraints": "HBonds", "force_field": ["amber99sbildn.xml", "amber96_obc.xml"], "timestep_fs": 2.0}
+    s = MDSettings(frames=10, replicas=1).resolved()
+    record = {k: v for k, v in vars(s).items() if k not in ("forcefield", "solvent", "constraints", "pdb")} | old
+    assert _differing(record | {"molecule": "alanine-dipeptide"}, s, auto_replicas=False) == []
+    free = MDSettings(frames=10, replicas=1, constraints="none").resolved()
+    assert "constraints" in _differing(record, free, auto_replicas=False)
+
+
+def test_simulate_a_pdb_file_without_constraints(cli, tmp_path):
+    out = tmp_path / "free.h5"
+    args = ("--frames", 50, "--equilibration-ps", 0.2, "--replicas", 1, "--quiet", "--out", out)
+    result = cli("simulate", "--pdb", DIPEPTIDE_PDB, "--constraints", "none", "--solvent", "vacuum", *args)
+    assert result.returncode == 0, result.stderr
+    settings = read_settings(out)
+    recorded = (settings["molecule"], settings["constraints"], settings["timestep_fs"])
+    assert recorded == ("pdb:alanine-dipeptide", "none", 1.0)
+    assert molecule_of(settings).system.getNumConstraints() == 0
+    assert mdtraj.load(str(out)).n_frames == 50
+
+
+def test_simulate_refuses_bad_structures_and_leaves_nothing(cli, tmp_path):
+    out = tmp_path / "out" / "x.h5"
+    for args in (
+        ("--pdb", str(_with_ion(DIPEPTIDE_PDB, tmp_path))),
+        ("--pdb", DIPEPTIDE_PDB, "--molecule", "alanine-dipeptide"),
+        ("--constraints", "none", "--timestep-fs", 2),
+        ("--forcefield", "charmm"),
+    ):
+        result = cli("simulate", *args, "--frames", 10, "--replicas", 1, "--out", out)
+        assert result.returncode == 2, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not out.exists() and not out.with_name("x.h5.partial").exists()
