@@ -10,10 +10,11 @@ import torch
 
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
+from bgp4.generator.model import build_generator
 from bgp4.simulation.data import read_settings
 from bgp4.simulation.molecule import PEPTIDES, constrained_bonds, get_molecule, molecule_name
 from bgp4.simulation.peptide import AMINO_ACIDS, build_capped_peptide, check_sequence, place_atom
-from bgp4.simulation.zmatrix import backbone_torsion_rows, torsion_row
+from bgp4.simulation.zmatrix import backbone_torsion_rows, torsion_row, with_automatic_zmatrix
 
 
 def _energy(system: openmm.System, positions: np.ndarray) -> float:
@@ -214,3 +215,46 @@ def test_tetrapeptide_end_to_end(cli, tmp_path):
     result = cli("analyze", run, "--data", data, "--out", report, "--workers", 1)
     assert result.returncode == 0, result.stderr
     assert (report / "ramachandran.png").is_file()
+
+
+def _handedness(xyz: np.ndarray, topology) -> np.ndarray:
+    """(n_frames, n_CA) sign of (N - CA) x (C - CA) . (CB - CA): +1 or -1 for each CA with a CB."""
+    signs = []
+    for residue in topology.residues:
+        atoms = {a.name: a.index for a in residue.atoms}
+        if {"N", "CA", "C", "CB"} <= set(atoms):
+            ca = xyz[:, atoms["CA"]]
+            arms = [xyz[:, atoms[n]] - ca for n in ("N", "C", "CB")]
+            signs.append(np.sign(np.einsum("ij,ij->i", np.cross(arms[0], arms[1]), arms[2])))
+    return np.stack(signs, axis=1)
+
+
+def test_every_stereocentre_is_fixed_by_an_improper_torsion_or_the_block():
+    for name in ("alanine-dipeptide", *PEPTIDES):
+        molecule = with_automatic_zmatrix(get_molecule(name))
+        neighbours = {a.index: set() for a in molecule.topology.atoms}
+        for a, b in molecule.topology.bonds:
+            neighbours[a.index].add(b.index)
+            neighbours[b.index].add(a.index)
+        block = set(molecule.rigid_block.tolist())
+        for atom in (a for a in neighbours if len(neighbours[a]) == 4 and a not in block):
+            rows = [r for r in molecule.z_matrix.tolist() if r[1] == atom]
+            assert any(r[3] in neighbours[atom] for r in rows), (name, atom)
+
+
+def test_generator_samples_keep_the_chirality_of_every_ca(tetrapeptide, tetra_frames):
+    x = torch.as_tensor(tetra_frames)
+    reference = _handedness(tetra_frames, tetrapeptide.topology)
+    assert (reference == reference[0]).all()  # MD keeps it: L-alanines throughout
+    torch.manual_seed(0)
+    model = build_generator("spline", x, molecule=tetrapeptide, blocks=1, hidden=16)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(5):
+        loss = model.nll(x).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        drawn = model.sample(2000, generator=torch.Generator().manual_seed(1))
+    xyz = drawn.x.reshape(2000, -1, 3).double().numpy()
+    assert (_handedness(xyz, tetrapeptide.topology) == reference[0]).all()
