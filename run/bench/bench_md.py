@@ -6,7 +6,7 @@ replicas, saving positions and energies every `save_every` steps, timed end to e
 start, minimization and file assembly included; equilibration set to 0 so both do the same
 steps). Prints `md_efficiency: <bgp4 steps/s / bare steps/s>`; target >= 0.85.
 
-    python run/bench/bench_md.py [--frames 200000] [--replicas 2] [--platform auto]
+    python run/bench/bench_md.py [--frames 200000] [--replicas 2] [--platform auto] [--molecule alanine-tetrapeptide]
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 
-def _bare(steps: int, platform: str, barrier, results) -> None:
+def _bare(steps: int, platform: str, molecule_name: str, barrier, results) -> None:
     import openmm
 
     from bgp4.platform import get_platform
     from bgp4.simulation.molecule import get_molecule
 
-    molecule = get_molecule()
+    molecule = get_molecule(molecule_name)
     integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
     plat, props = get_platform(platform)
     context = openmm.Context(molecule.system, integrator, plat, props)
@@ -38,10 +38,11 @@ def _bare(steps: int, platform: str, barrier, results) -> None:
     results.put(time.perf_counter() - start)
 
 
-def bare_steps_per_s(steps_per_replica: int, replicas: int, platform: str) -> float:
+def bare_steps_per_s(steps_per_replica: int, replicas: int, platform: str, molecule: str = "") -> float:
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(replicas), ctx.Queue()
-    procs = [ctx.Process(target=_bare, args=(steps_per_replica, platform, barrier, results)) for _ in range(replicas)]
+    args = (steps_per_replica, platform, molecule, barrier, results)
+    procs = [ctx.Process(target=_bare, args=args) for _ in range(replicas)]
     for p in procs:
         p.start()
     times = [results.get() for _ in procs]
@@ -50,12 +51,17 @@ def bare_steps_per_s(steps_per_replica: int, replicas: int, platform: str) -> fl
     return replicas * steps_per_replica / max(times)
 
 
-def simulate_steps_per_s(frames: int, replicas: int, platform: str, save_every: int) -> float:
+def simulate_steps_per_s(frames: int, replicas: int, platform: str, save_every: int, molecule: str = "") -> float:
     from bgp4.simulation.md import MDSettings, simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = MDSettings(
-            frames=frames, replicas=replicas, platform=platform, equilibration_ps=0.0, save_every=save_every
+            frames=frames,
+            replicas=replicas,
+            platform=platform,
+            equilibration_ps=0.0,
+            save_every=save_every,
+            molecule=molecule,
         )
         start = time.perf_counter()
         simulate(Path(tmp) / "bench.h5", settings, progress=False)
@@ -68,10 +74,12 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=mp.cpu_count())
     parser.add_argument("--platform", default="auto")
     parser.add_argument("--save-every", type=int, default=10)
+    parser.add_argument("--molecule", default="", help="built-in name or sequence:SEQ (default: alanine dipeptide)")
     args = parser.parse_args()
     steps = args.frames * args.save_every
-    bare = bare_steps_per_s(steps // args.replicas, args.replicas, args.platform)
-    ours = simulate_steps_per_s(args.frames, args.replicas, args.platform, args.save_every)
+    bare = bare_steps_per_s(steps // args.replicas, args.replicas, args.platform, args.molecule)
+    ours = simulate_steps_per_s(args.frames, args.replicas, args.platform, args.save_every, args.molecule)
+    print(f"molecule: {args.molecule or 'alanine-dipeptide'}")
     print(f"replicas: {args.replicas}")
     print(f"platform: {args.platform}")
     print(f"bare_steps_per_s: {bare:.0f}")
