@@ -1,4 +1,4 @@
-"""The per-model metrics dict (bgp4.analysis.metrics): JSON-ready, flat, and gated on defined weights."""
+"""The per-model metrics dict (bgp4.analysis.metrics): JSON-ready, flat but for "residues", gated on weights."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from bgp4.analysis import estimators as analysis
-from bgp4.analysis.metrics import REWEIGHTED_KEYS, model_metrics, summarize_reference
+from bgp4.analysis.metrics import (
+    PAIR_KEYS,
+    PAIR_REWEIGHTED_KEYS,
+    REWEIGHTED_KEYS,
+    TorsionPair,
+    model_metrics,
+    state_summary,
+    summarize_reference,
+)
 
 KT_600 = 4.98868  # kJ/mol
 
@@ -98,3 +106,53 @@ def test_empty_samples_and_reference(md):
     plain = summarize_reference(u_md, threshold)
     assert plain["energy_shift_kT"] is None and "p_phi_positive" not in plain
     assert not math.isnan(reference["p_phi_positive"])
+
+
+def test_each_residue_gets_the_metrics_of_its_own_pair(md):
+    u_md, phi, psi, threshold = md
+    rng = np.random.default_rng(4)
+    n = 800
+    u, log_q = u_md[:n], -u_md[:n] + rng.normal(0.0, 0.3, n)
+    shifted = np.angle(np.exp(1j * (psi + 1.0)))  # a second "residue": other torsions, same frames
+    residues = {
+        "ALA2": TorsionPair(phi[:n], psi[:n], phi, psi),
+        "ALA3": TorsionPair(shifted[:n], phi[:n], shifted, phi),
+    }
+    summary = model_metrics(
+        u, log_q, phi[:n], psi[:n], u_md, phi, psi, threshold, weights_defined=True, residues=residues
+    )
+    json.dumps(summary)
+    flat = model_metrics(u, log_q, phi[:n], psi[:n], u_md, phi, psi, threshold, weights_defined=True)
+    assert {k: v for k, v in summary.items() if k != "residues"} == flat  # the flat keys are as before
+    own, other = summary["residues"]["ALA2"], summary["residues"]["ALA3"]
+    assert set(own) == set(PAIR_KEYS) | set(PAIR_REWEIGHTED_KEYS)
+    assert own == {k: flat[k] for k in own}  # alanine dipeptide: the one residue is the flat pair
+    assert other["p_phi_positive"] == pytest.approx(float(np.mean(shifted[:n] > 0)))
+    assert other["p_phi_positive_error"] == pytest.approx(other["p_phi_positive"] - float(np.mean(shifted > 0)))
+    assert other["ramachandran_tv_floor"] > 0 and other["ramachandran_tv_reweighted"] is not None
+    # without weights, every residue's reweighted keys are None as the flat ones
+    unweighted = model_metrics(
+        u, None, phi[:n], psi[:n], u_md, phi, psi, threshold, weights_defined=True, residues=residues
+    )
+    assert all(unweighted["residues"]["ALA3"][k] is None for k in PAIR_REWEIGHTED_KEYS)
+    assert unweighted["residues"]["ALA3"]["ramachandran_tv"] == other["ramachandran_tv"]
+
+
+def test_no_backbone_gives_energies_and_weights_only(md):
+    u_md, _, _, threshold = md
+    summary = model_metrics(u_md[:500], -u_md[:500], None, None, u_md, None, None, threshold, weights_defined=True)
+    json.dumps(summary)
+    assert all(summary[k] is None for k in (*PAIR_KEYS, *PAIR_REWEIGHTED_KEYS))
+    assert summary["reverse_ess"] == pytest.approx(1.0) and summary["energy_w2"] is not None
+    assert "residues" not in summary
+
+
+def test_md_states_carry_a_block_error(md):
+    _, phi, _, _ = md
+    state = state_summary(phi, groups=np.repeat([0, 1], phi.size // 2))
+    assert state["p_phi_positive"] == pytest.approx(float(np.mean(phi > 0)))
+    assert 0 < state["p_phi_positive_se"] < 0.5
+    p = state["p_phi_positive"]
+    assert state["dF_phi_se_kT"] == pytest.approx(state["p_phi_positive_se"] / (p * (1 - p)))
+    reference = summarize_reference(md[0], md[3], phi=phi)
+    assert reference["p_phi_positive_se"] is not None and reference["dF_phi_se_kT"] is not None

@@ -14,7 +14,7 @@ from bgp4.analysis.metrics import REWEIGHTED_KEYS
 from bgp4.errors import InputError
 from bgp4.generator.sample import SAMPLE_EXTRAS, SampleSettings, sample_run
 from bgp4.generator.train import TrainSettings, train
-from bgp4.report.analyze import PREDATES_CHECK, analyze, weights_status
+from bgp4.report.analyze import NOT_DEFINED, PREDATES_CHECK, analyze, weights_status
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.md import MDSettings, simulate
 
@@ -147,6 +147,38 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     ess_row = next(line for line in report.splitlines() if line.startswith("| reverse ESS"))
     assert ess_row.split(" | ")[1] == "not defined" and "N = 600" in ess_row.split(" | ")[2]
     assert PREDATES_CHECK in report
+    # Alanine dipeptide's one residue: its per-residue block is the flat single pair's.
+    assert metrics["torsion_pair"] == "ALA2" and list(new["residues"]) == ["ALA2"]
+    assert new["residues"]["ALA2"] == {k: new[k] for k in new["residues"]["ALA2"]}
+    md_residue = metrics["md"]["residues"]["ALA2"]
+    assert md_residue["p_phi_positive"] == metrics["md"]["p_phi_positive"]
+    assert md_residue["p_phi_positive_se"] == metrics["md"]["p_phi_positive_se"] > 0  # two replicas, 20 blocks
+    assert "ramachandran_residues" not in metrics["figures"]  # its one residue is in the Ramachandran figure
+    residue_rows = [line for line in report.splitlines() if line.startswith("| ALA2 |")]
+    assert len(residue_rows) == 6 and "## Per residue" in report
+    p_row = next(line for line in residue_rows if line.startswith("| ALA2 | P(phi > 0) |"))
+    assert " ± " in p_row.split(" | ")[2]  # the MD value with its block error
+    reweighted = next(line for line in residue_rows if "P(phi > 0), reweighted" in line).split(" | ")
+    assert reweighted[3] == NOT_DEFINED and reweighted[4].startswith(f"{new['p_phi_positive_reweighted']:.3g}")
+
+
+def test_analyze_without_a_peptide_backbone(trained_run, tmp_path, monkeypatch):
+    """A molecule with no residue that has both phi and psi: energies and weights only, one line says why."""
+    from bgp4.analysis.metrics import PAIR_KEYS
+    from bgp4.report import analyze as stage
+
+    data, run = trained_run
+    monkeypatch.setattr(stage, "residue_torsions", lambda molecule: [])
+    monkeypatch.setattr(stage, "_own_pair", lambda molecule, torsions: None)
+    metrics = stage.analyze(data, [run], tmp_path / "report", workers=1)
+    model = metrics["models"]["p4inv"]
+    assert metrics["torsion_pair"] is None and metrics["md"]["residues"] == {} and model["residues"] == {}
+    assert all(model[k] is None for k in PAIR_KEYS) and model["mean_energy_kT"] is not None
+    assert "p_phi_positive" not in metrics["md"]
+    assert list(metrics["figures"]) == ["energies"]
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "has no peptide backbone" in report and "Ramachandran TV (MD floor)" not in report
+    assert "| reverse ESS" in report and "ramachandran.png" not in report
 
 
 def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp_path, cli):

@@ -2,9 +2,10 @@
 
 Modules:
     weights: log weights, self-normalized weights, Kish ESS and its interval.
-    estimators: sample-quality metrics (Ramachandran histograms, free energies, distances).
-    metrics: one flat, JSON-ready dict of metrics per generator.
-    plots: the figures of the analysis stage.
+    residues: every residue's backbone torsions (phi, psi), for any peptide.
+    estimators: sample-quality metrics (Ramachandran histograms, free energies, distances, MD block errors).
+    metrics: one JSON-ready dict of metrics per generator (per residue too).
+    plots: the figures of the analysis stage; plots_residues: the per-residue Ramachandran figure.
 
 Nothing here reads a run directory; energies are reduced (kT) unless a name says kJ/mol.
 """

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import mdtraj
 import numpy as np
 
 from bgp4.analysis._arrays import _as_1d, _same_length
+from bgp4.analysis.residues import dihedral_angles
 from bgp4.analysis.weights import (  # noqa: F401 - re-exported: the metric functions in one namespace
     CI_LEVEL,
     N_BOOTSTRAP,
@@ -29,9 +29,11 @@ __all__ = [
     "KL_EPS",
     "NOISE_SIGMA_NM",
     "N_BINS",
+    "N_BLOCKS",
     "N_BOOTSTRAP",
     "angle_edges",
     "backbone_dihedrals",
+    "block_standard_error",
     "energy_shift",
     "energy_w2",
     "free_energy_1d",
@@ -48,6 +50,7 @@ __all__ = [
     "reverse_ess",
     "reverse_ess_interval",
     "state_free_energy",
+    "state_free_energy_error",
     "weighted_quantile",
 ]
 
@@ -57,31 +60,25 @@ N_BINS = 64
 KL_EPS = 1e-10
 #: Per-coordinate noise (nm) of the paper's perturbed-data reference.
 NOISE_SIGMA_NM = 0.004
+#: Contiguous blocks of an MD series for the block standard error of its mean.
+N_BLOCKS = 20
 
 
 # --------------------------------------------------------------------------- dihedrals
 
 
 def backbone_dihedrals(xyz: np.ndarray, molecule: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Backbone torsions (phi, psi), each (n,) float64 radians in [-pi, pi].
+    """Backbone torsions (phi, psi) of the molecule's own pair, each (n,) float64 radians in [-pi, pi].
 
     Args:
         xyz: (n, n_atoms, 3) positions in nm (a single (n_atoms, 3) frame is accepted).
-        molecule: a `bgp4.simulation.molecule.Molecule`: its topology, and its `phi` / `psi` atom 4-tuples.
+        molecule: a `bgp4.simulation.molecule.Molecule`: its topology, and its `phi` / `psi` atom
+            4-tuples (for a longer peptide, those of the central residue; every residue's are in
+            `bgp4.analysis.residues`).
     """
-    topology = getattr(molecule, "topology", None)
-    if not isinstance(topology, mdtraj.Topology) or not hasattr(molecule, "phi"):
-        raise InputError(f"expected a bgp4 Molecule, got {type(molecule).__name__}")
-    frames = np.asarray(xyz, dtype=np.float64)
-    if frames.ndim == 2:
-        frames = frames[None]
-    if frames.ndim != 3 or frames.shape[1:] != (topology.n_atoms, 3):
-        raise InputError(f"xyz must have shape (n, {topology.n_atoms}, 3) in nm, got {np.shape(xyz)}")
-    if frames.shape[0] == 0:
-        return np.zeros(0), np.zeros(0)
-    trajectory = mdtraj.Trajectory(frames, topology)
-    angles = mdtraj.compute_dihedrals(trajectory, np.array([molecule.phi, molecule.psi]), periodic=False)
-    angles = angles.astype(np.float64)
+    if getattr(molecule, "phi", None) is None or getattr(molecule, "psi", None) is None:
+        raise InputError(f"expected a bgp4 Molecule with backbone torsions, got {type(molecule).__name__}")
+    angles = dihedral_angles(xyz, molecule, [molecule.phi, molecule.psi])
     return angles[:, 0], angles[:, 1]
 
 
@@ -326,6 +323,47 @@ def state_free_energy(p_positive: float) -> float:
     if p >= 1.0:
         return -math.inf
     return -math.log(p / (1.0 - p))
+
+
+def state_free_energy_error(p_positive: float, standard_error: float) -> float:
+    """Standard error of dF = -ln(P / (1 - P)) (kT) from that of P, by the delta method:
+    SE_P / (P (1 - P)); nan at P = 0 or 1 or without an error of P."""
+    p, se = float(p_positive), float(standard_error)
+    return se / (p * (1.0 - p)) if 0.0 < p < 1.0 else math.nan
+
+
+def block_standard_error(values: np.ndarray, groups: np.ndarray | None = None, n_blocks: int = N_BLOCKS) -> float:
+    """Standard error of the mean of a correlated series (an MD observable), by block averaging.
+
+    The finite `values` (n,) are cut into contiguous blocks of about n / `n_blocks` frames, each
+    within one group (`groups` (n,): the replica of each frame, frames of a replica in time order;
+    None: one series). A tail block shorter than half a block is left out, since its mean is
+    noisy. The error is that of the block means weighted by block length (the method of
+    run/scripts/md_reference.py); nan with fewer than two blocks. It holds when a block is much
+    longer than the series' correlation time.
+    """
+    x = _as_1d(values, "values")
+    labels = np.zeros(x.size, dtype=np.int64) if groups is None else np.asarray(groups).ravel()
+    _same_length(values=x, groups=labels)
+    if int(n_blocks) < 2:
+        raise InputError(f"n_blocks must be >= 2, got {n_blocks}")
+    keep = np.isfinite(x)
+    x, labels = x[keep], labels[keep]
+    length = max(1, x.size // int(n_blocks))
+    means, sizes = [], []
+    for label in np.unique(labels):
+        part = x[labels == label]
+        for start in range(0, part.size, length):
+            block = part[start : start + length]
+            if 2 * block.size >= length:
+                means.append(block.mean())
+                sizes.append(block.size)
+    if len(means) < 2:
+        return math.nan
+    share = np.asarray(sizes, dtype=np.float64) / np.sum(sizes)
+    block_means = np.asarray(means)
+    mean = float(np.sum(share * block_means))
+    return float(np.sqrt(np.sum(share * (block_means - mean) ** 2) / (len(means) - 1)))
 
 
 def free_energy_1d(

@@ -216,32 +216,45 @@ def ramachandran_panels(
     if not panels:
         raise InputError("ramachandran_panels needs at least one dataset")
     densities = {label: ramachandran_histogram(phi, psi, bins, weights=w) for label, (phi, psi, w) in panels.items()}
-    positive = np.concatenate([d[d > 0] for d in densities.values()])
+    norm = _density_norm(densities.values())
+    # at most 4 a row, rows filled evenly (5 panels: 3 + 2, not 4 + 1)
+    rows = math.ceil(len(panels) / 4)
+    fig, axes = _new_figure(len(panels), panel_size=(2.6, 2.6), ncols=math.ceil(len(panels) / rows))
+    for ax, (label, (phi, _psi, _)) in zip(axes, panels.items()):
+        _density_panel(ax, densities[label], norm, label, np.asarray(phi).size)
+    _density_colorbar(fig, axes, norm)
+    return _save(fig, path)
+
+
+def _density_norm(densities: Iterable[np.ndarray]) -> LogNorm:
+    """One logarithmic colour scale (density per rad^2) for Ramachandran histograms."""
+    positive = np.concatenate([d[d > 0] for d in densities])
     vmax = float(positive.max()) if positive.size else 1.0
     # At least two decades (readable colorbar), at most six (well under one sample per bin for
     # any realistic sample size, so a stray huge weight cannot wash out the scale).
     vmin = min(max(float(positive.min()), vmax * 1e-6), vmax * 1e-2) if positive.size else 1e-3
-    norm = LogNorm(vmin=vmin, vmax=vmax)
-    # at most 4 a row, rows filled evenly (5 panels: 3 + 2, not 4 + 1)
-    rows = math.ceil(len(panels) / 4)
-    fig, axes = _new_figure(len(panels), panel_size=(2.6, 2.6), ncols=math.ceil(len(panels) / rows))
-    edges = angle_edges(bins)
-    for ax, (label, (phi, _psi, _)) in zip(axes, panels.items()):
-        density = densities[label]
-        # pcolormesh wants rows = y (psi); the histogram is indexed [phi, psi].
-        ax.pcolormesh(edges, edges, np.ma.masked_less_equal(density.T, 0.0), norm=norm, rasterized=True)
-        n = np.asarray(phi).size
-        ax.set_title(f"{label} (n={n})" if density.any() else f"{label} (no samples)")
-        _angle_axis(ax, "x")
-        _angle_axis(ax, "y")
-        ax.set_aspect("equal")
-        ax.spines[["top", "right"]].set_visible(True)  # a map reads better boxed
-        ax.set_xlabel("$\\varphi$")
-        ax.set_ylabel("$\\psi$")
+    return LogNorm(vmin=vmin, vmax=vmax)
+
+
+def _density_panel(ax: Any, density: np.ndarray, norm: LogNorm, label: str, n: int) -> None:
+    """One Ramachandran panel: `density` (bins, bins) indexed [phi bin, psi bin] on [-pi, pi]^2,
+    titled with `label` and the sample count `n`; empty bins blank."""
+    edges = angle_edges(density.shape[0])
+    # pcolormesh wants rows = y (psi); the histogram is indexed [phi, psi].
+    ax.pcolormesh(edges, edges, np.ma.masked_less_equal(density.T, 0.0), norm=norm, rasterized=True)
+    ax.set_title(f"{label} (n={n})" if density.any() else f"{label} (no samples)")
+    _angle_axis(ax, "x")
+    _angle_axis(ax, "y")
+    ax.set_aspect("equal")
+    ax.spines[["top", "right"]].set_visible(True)  # a map reads better boxed
+    ax.set_xlabel("$\\varphi$")
+    ax.set_ylabel("$\\psi$")
+
+
+def _density_colorbar(fig: Figure, axes: list[Any], norm: LogNorm) -> None:
     fig.colorbar(
         ScalarMappable(norm=norm, cmap=STYLE["image.cmap"]), ax=axes, label="density [rad$^{-2}$]", shrink=0.85
     )
-    return _save(fig, path)
 
 
 # --------------------------------------------------------------------------- free energy

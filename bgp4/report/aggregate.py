@@ -72,6 +72,17 @@ SKIPPED = {
 }
 
 
+#: Per-residue metrics a sweep aggregates, as "<key> [<residue>]" (the residue of the flat
+#: single-pair keys is left out: its numbers are those keys').
+RESIDUE_KEYS = ("dF_phi_kT", "dF_phi_reweighted_kT", "ramachandran_tv", "ramachandran_tv_reweighted")
+
+
+def _label(key: str) -> str:
+    """A metric's label: KNOWN's, with the residue of a per-residue key ("dF_phi_kT [ALA3]")."""
+    base, _, residue = key.partition(" [")
+    return f"{KNOWN.get(base, base)}, {residue.rstrip(']')}" if residue else KNOWN.get(key, key)
+
+
 def _finite(values: list[float | None]) -> np.ndarray:
     array = np.array([v for v in values if v is not None], dtype=np.float64)
     return array[np.isfinite(array)]
@@ -117,8 +128,11 @@ def _metric_order(keys: set[str]) -> list[str]:
     return [k for k in KNOWN if k in keys] + sorted(keys - set(KNOWN))
 
 
-def _numeric_metrics(summary: dict[str, Any], complete: dict[str, Any]) -> dict[str, float | None]:
-    """The numeric scalars of one run's per-model metrics, plus test NLL and training time."""
+def _numeric_metrics(
+    summary: dict[str, Any], complete: dict[str, Any], pair: str | None = None
+) -> dict[str, float | None]:
+    """The numeric scalars of one run's per-model metrics, plus test NLL, training time and the
+    `RESIDUE_KEYS` of every residue but `pair` (the residue of the flat keys)."""
     values = {
         k: (None if v is None else float(v))
         for k, v in summary.items()
@@ -127,6 +141,9 @@ def _numeric_metrics(summary: dict[str, Any], complete: dict[str, Any]) -> dict[
         and not k.endswith("_note")
         and (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))
     }
+    for residue, numbers in (summary.get("residues") or {}).items():
+        if residue != pair:
+            values.update({f"{k} [{residue}]": numbers.get(k) for k in RESIDUE_KEYS})
     if values.get("test_nll") is None and complete.get("test_nll_end") is not None:
         values["test_nll"] = float(complete["test_nll_end"])
     if complete.get("wall_s") is not None:
@@ -155,7 +172,7 @@ def collect(sweep_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[int, 
         complete = Stage(run).completion()  # the training run's summary ({} if unfinished)
         runs[info["model"]][int(info["seed"])] = {
             "run": run,
-            "values": _numeric_metrics(summary, complete),
+            "values": _numeric_metrics(summary, complete, metrics.get("torsion_pair")),
             "kT": metrics["kT_kJ_per_mol"],
             "threshold": metrics["low_energy_threshold_kT"],
         }
@@ -168,7 +185,7 @@ def summarize_sweep(models: list[str], runs: dict[str, dict[int, dict[str, Any]]
     reference = models[0]
     out: dict[str, Any] = {}
     for key in keys:
-        entry: dict[str, Any] = {"label": KNOWN.get(key, key), "models": {}, "paired": {}}
+        entry: dict[str, Any] = {"label": _label(key), "models": {}, "paired": {}}
         for model in models:
             per_seed = {seed: r["values"].get(key) for seed, r in sorted(runs[model].items())}
             entry["models"][model] = {
