@@ -21,7 +21,13 @@ _MD = MDSettings
 @handles_errors
 def simulate(
     out: Path = typer.Option(DEFAULT_DATA, "--out", help="Output mdtraj HDF5 file (.h5)."),
-    frames: int = typer.Option(default_of(_MD, "frames"), help="Frames to save in total, split evenly over replicas."),
+    frames: int = typer.Option(
+        default_of(_MD, "frames"),
+        help=(
+            "Frames to save in total, split evenly over replicas (with --replica-exchange: frames of the lowest "
+            "temperature, one per exchange attempt)."
+        ),
+    ),
     temperature: float = typer.Option(default_of(_MD, "temperature"), help="Temperature in K."),
     timestep_fs: float = typer.Option(
         default_of(_MD, "timestep_fs"),
@@ -29,7 +35,12 @@ def simulate(
         help="Integration time step in fs (0: 2 fs with X-H bonds constrained, 1 fs with --constraints none).",
     ),
     save_every: int = typer.Option(
-        default_of(_MD, "save_every"), "--save-every", help="Integration steps between saved frames."
+        default_of(_MD, "save_every"),
+        "--save-every",
+        help=(
+            "Integration steps between saved frames (with --replica-exchange: steps of each temperature between "
+            "exchange attempts)."
+        ),
     ),
     friction: float = typer.Option(default_of(_MD, "friction"), help="Langevin friction in 1/ps."),
     equilibration_ps: float = typer.Option(
@@ -77,6 +88,15 @@ def simulate(
         "--constraints",
         help="hbonds: every X-H bond held at its length (fixed in the flows too); none: every bond free.",
     ),
+    replica_exchange: str = typer.Option(
+        default_of(_MD, "replica_exchange"),
+        "--replica-exchange",
+        help=(
+            "Replica exchange (parallel tempering, openmmtools) over TMIN:TMAX:N, N temperatures geometric from "
+            "TMIN to TMAX (e.g. 300:600:8), in one process; TMIN must equal --temperature, and the file keeps its "
+            "frames. Not with --replicas. Empty: plain MD."
+        ),
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace a finished output file and discard a partial run."
     ),
@@ -88,6 +108,7 @@ def simulate(
     (--pdb); the data file records it with its force field, solvent and constraints, and every later
     stage takes them from there. Defaults are the paper's 600 K protocol. A run cut off at any moment
     resumes when the same command is run again; rerunning a finished one reports it and exits.
+    With --replica-exchange the run is parallel tempering and the file holds the lowest temperature's frames.
     """
     if sequence:
         if molecule or pdb:
@@ -108,9 +129,11 @@ def simulate(
         forcefield=forcefield,
         solvent=solvent,
         constraints=constraints,
+        replica_exchange=replica_exchange,
     )
     if not overwrite and completed(out, settings):
         typer.echo(f"{out}: already complete ({settings.frames} frames)")
         return
     path = run_md(out, settings, overwrite=overwrite, progress=not quiet)
-    typer.echo(f"wrote {settings.frames} frames to {path}")
+    lowest = f" at {temperature:g} K" if replica_exchange else ""
+    typer.echo(f"wrote {settings.frames} frames{lowest} to {path}")

@@ -9,6 +9,9 @@ duplicated. When every replica is done the records become one mdtraj HDF5 file.
 
 The replicas run as `python -m bgp4.simulation._md_worker` processes (not multiprocessing's spawn,
 which re-runs the caller's `__main__`), so a script that calls `simulate` needs no `__main__` guard.
+
+With `replica_exchange` ("TMIN:TMAX:N") the run is replica exchange instead, with openmmtools, in
+this process (`bgp4.simulation.remd`): the same work directory, settings record and resume rules.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class MDSettings:
     forcefield: str = "amber99sb-ildn"  # bgp4.simulation.system.FORCE_FIELDS
     solvent: str = "obc"  # obc (implicit water) or vacuum
     constraints: str = "hbonds"  # hbonds (X-H bonds fixed) or none
+    replica_exchange: str = ""  # "TMIN:TMAX:N": replica exchange over that ladder (bgp4.simulation.remd); "": plain MD
 
     def resolved(self) -> MDSettings:
         """Validated copy with `replicas` and `platform` made concrete; raises InputError."""
@@ -102,6 +106,11 @@ class MDSettings:
             raise InputError(f"equilibration_ps (--equilibration-ps) must be >= 0, got {self.equilibration_ps}")
         if self.replicas < 0:
             raise InputError(f"replicas (--replicas) must be >= 1, got {self.replicas}")
+        ladder = ""
+        if self.replica_exchange:
+            from bgp4.simulation.remd import check_replica_exchange
+
+            ladder = check_replica_exchange(self.replica_exchange, self.temperature, self.replicas)
         if self.seed < 0:
             raise InputError(f"seed (--seed) must be >= 0, got {self.seed}")
         from bgp4.simulation.molecule import PDB_PREFIX, molecule_name
@@ -113,9 +122,10 @@ class MDSettings:
             raise InputError(f"no structure file at {self.pdb} (--pdb)")
         molecule = f"{PDB_PREFIX}{Path(pdb).stem}" if pdb else molecule_name(self.molecule)
         replicas = self.replicas or os.cpu_count() or 1
-        replicas = min(replicas, self.frames)
+        replicas = 0 if ladder else min(replicas, self.frames)  # replica exchange: one walker per temperature
         values = asdict(self) | {
             "replicas": replicas,
+            "replica_exchange": ladder,
             "platform": resolve_platform(self.platform),
             "molecule": molecule,
             "pdb": pdb,
@@ -230,7 +240,7 @@ def _settings_record(s: MDSettings) -> dict:
     """The record of the run: its settings and the molecule's (`Molecule.record`: system, structure)."""
     import openmm
 
-    return {
+    record = {
         **asdict(s),
         **s.molecule_object().record(),
         "kind": "md",
@@ -240,6 +250,12 @@ def _settings_record(s: MDSettings) -> dict:
         "openmm_version": openmm.__version__,
         "units": {"coordinates": "nm", "potentialEnergy": "kJ/mol", "time": "ps"},
     }
+    if s.replica_exchange:
+        from bgp4.simulation.remd import remd_record
+
+        del record["replica_seeds"]  # the walkers draw from one seeded stream
+        record |= remd_record(s.replica_exchange)
+    return record
 
 
 def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
@@ -250,7 +266,7 @@ def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
 
     request = asdict(s)
     # Records of older versions: no molecule, no system but `constraints: HBonds`, no structure file.
-    old = {"molecule": DEFAULT_MOLECULE, "pdb": "", **SystemSpec().record()}
+    old = {"molecule": DEFAULT_MOLECULE, "pdb": "", "replica_exchange": "", **SystemSpec().record()}
     stored = dict(stored) | {"constraints": str(stored.get("constraints", "hbonds")).lower()}
     return changed(stored, request, keys=request, neutral=("replicas",) if auto_replicas else (), defaults=old)
 
@@ -315,6 +331,8 @@ def simulate(
     out: str | os.PathLike, settings: MDSettings = MDSettings(), overwrite: bool = False, progress: bool = True
 ) -> Path:
     """Run (or resume) the MD described by `settings` and write the frames to `out` (mdtraj HDF5).
+    With `settings.replica_exchange` the run is replica exchange and `out` holds the lowest
+    temperature's frames (`bgp4.simulation.remd.run_replica_exchange`).
 
     A finished file of the same settings is kept as it is (see `completed`); one of other settings
     is replaced only with `overwrite`. Raises InputError for bad settings or paths (nothing on
@@ -327,6 +345,12 @@ def simulate(
     if not overwrite and completed(out, settings):
         return out
     work, s = _prepare(out, s, overwrite, auto_replicas=settings.replicas == 0)
+    if s.replica_exchange:
+        from bgp4.simulation.remd import run_replica_exchange
+
+        run_replica_exchange(out, work, progress)
+        shutil.rmtree(work)
+        return out
     done = [_committed(work, r) for r in range(s.replicas)]
     bar = tqdm(total=s.frames, initial=sum(done), unit="frame", desc="simulate", disable=not progress, smoothing=0.1)
     try:

@@ -1,0 +1,419 @@
+"""Replica exchange (parallel tempering) with openmmtools' multistate samplers, resumable at any moment.
+
+`bgp4 simulate --replica-exchange TMIN:TMAX:N` runs N copies of the molecule ("walkers"), one at
+each temperature of a geometric ladder from TMIN (the `--temperature` asked for) to TMAX, in one
+process. openmmtools' `ParallelTemperingSampler` does everything: each iteration it attempts
+exchanges between neighbouring temperatures (`swap-neighbors`: the pairs (0,1), (2,3), ... or
+(1,2), (3,4), ..., at random), then propagates every walker by `--save-every` steps of Langevin
+dynamics at its temperature (`SeededLangevinMove`: LangevinMiddleIntegrator, fresh velocities at
+each iteration), then stores positions, reduced energies and exchange statistics in its netCDF
+storage (`MultiStateReporter`). The data file holds the lowest temperature's frame of every
+iteration: `--frames` iterations, one frame each, `--save-every` steps apart.
+
+Resuming. The run lives in `<out>.partial/` beside the settings record, cut into segments of
+SEGMENT_ITERATIONS iterations, each an openmmtools storage of its own (`segment-NNNN/`). A
+segment is created in a temporary directory and renamed when ready; it is sealed (`done.json`)
+once it holds all its iterations, and never written again. The running segment checkpoints every
+CHECKPOINT_ITERATIONS iterations; a rerun reopens it with `from_storage`, which goes on from its
+last checkpoint. A netCDF (HDF5) file killed in the middle of a write may not open again
+(openmmtools issue 754): such a segment is made again from the end of the sealed one before it,
+so a kill at any moment loses at most one segment.
+
+Seeds. openmmtools draws its exchanges from numpy's global random state, and `SeededLangevinMove`
+draws its integrator and velocity seeds from the same state; this module seeds it from `--seed`
+and the iteration a run starts at (and restores the caller's state afterwards). A run that is not
+cut off is reproducible bit for bit on the same platform. A resumed one continues from the last
+checkpoint, whose positions and velocities openmmtools stores in float32, with the streams seeded
+anew from (seed, iteration): a valid continuation, the same for the same cut, but not the frames
+an uninterrupted run would give.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bgp4._io import atomic_write
+from bgp4.errors import Bgp4Error, InputError
+from bgp4.stage import Stage
+
+__all__ = [
+    "CHECKPOINT_ITERATIONS",
+    "SEGMENT_ITERATIONS",
+    "MIXING",
+    "temperature_ladder",
+    "check_replica_exchange",
+    "remd_record",
+    "run_replica_exchange",
+    "exchange_acceptance",
+]
+
+# Lazy, inside the functions that need them: openmm, openmmtools (a second to import, with numba
+# and pymbar), bgp4.platform, bgp4.simulation.molecule and bgp4.simulation.data. `MDSettings.resolved`
+# imports this module to check a ladder, and the CLI must start without them.
+
+CHECKPOINT_ITERATIONS = 10  # iterations between openmmtools checkpoints: what a kill loses at most
+SEGMENT_ITERATIONS = 1000  # iterations of one storage (a multiple of CHECKPOINT_ITERATIONS)
+MIXING = "swap-neighbors"  # pure Python, so numpy's seeded global state draws it (swap-all runs in numba)
+STORAGE, CHECKPOINT_STORAGE = "remd.nc", "remd_checkpoint.nc"  # openmmtools' analysis and checkpoint files
+SEGMENT = "segment-{:04d}"
+SEGMENT_INFO, DONE = "segment.json", "done.json"
+_OPTION = "replica_exchange (--replica-exchange)"
+
+
+def temperature_ladder(spec: str) -> list[float]:
+    """The temperatures (K) of "TMIN:TMAX:N": N of them, geometric from TMIN to TMAX (the spacing
+    that gives neighbours about equal exchange rates when the heat capacity is constant)."""
+    parts = str(spec).split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        tmin, tmax, n = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise InputError(f"{_OPTION} must be TMIN:TMAX:N (K, K, temperatures), e.g. 300:600:8; got {spec!r}") from None
+    if not (math.isfinite(tmin) and math.isfinite(tmax) and tmin > 0):
+        raise InputError(f"{_OPTION} {spec}: temperatures must be positive and finite (K)")
+    if n < 2:
+        raise InputError(f"{_OPTION} {spec}: N must be at least 2 temperatures, got {n}")
+    if not tmax > tmin:
+        raise InputError(f"{_OPTION} {spec}: the ladder must increase, TMAX ({tmax:g} K) above TMIN ({tmin:g} K)")
+    ladder = np.geomspace(tmin, tmax, n)
+    ladder[0], ladder[-1] = tmin, tmax  # exactly the temperatures asked for
+    return [float(t) for t in ladder]
+
+
+def _number(x: float) -> str:
+    """`x` written short where that is exact (300, not 300.0)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
+def check_replica_exchange(spec: str, temperature: float, replicas: int) -> str:
+    """The ladder `spec` in canonical form ("300:600:8"), after checking it with the other MD
+    settings: its lowest temperature must be `temperature` (K), and `replicas` must be left at 0.
+    Raises InputError naming the options."""
+    ladder = temperature_ladder(spec)
+    if replicas:
+        raise InputError(
+            f"{_OPTION} runs one walker per temperature in one process; leave out replicas (--replicas), got {replicas}"
+        )
+    if ladder[0] != float(temperature):
+        raise InputError(
+            f"{_OPTION} starts at {ladder[0]:g} K, but temperature (--temperature) is {float(temperature):g} K: the "
+            f"lowest temperature is the one whose frames are kept, so it must be the one asked for; pass "
+            f"--temperature {_number(ladder[0])}"
+        )
+    return f"{_number(ladder[0])}:{_number(ladder[-1])}:{len(ladder)}"
+
+
+def remd_record(spec: str) -> dict[str, Any]:
+    """What the settings record of a replica-exchange run adds to plain MD's: the method and its ladder."""
+    try:
+        version = metadata.version("openmmtools")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {
+        "method": "replica-exchange",
+        "sampler": "openmmtools.multistate.ParallelTemperingSampler",
+        "mixing": MIXING,
+        "move": "bgp4.simulation._remd_move.SeededLangevinMove (LangevinMiddleIntegrator, velocities drawn anew "
+        "each iteration)",
+        "temperatures": temperature_ladder(spec),
+        "openmmtools_version": version,
+    }
+
+
+def exchange_acceptance(accepted: np.ndarray, proposed: np.ndarray) -> list[float | None]:
+    """Acceptance rate of exchanges between neighbouring temperatures i and i+1 from openmmtools'
+    mixing statistics (accepted and proposed counts, (n_states, n_states), summed over iterations);
+    None for a pair never proposed."""
+    n = accepted.shape[0]
+    return [float(accepted[i, i + 1] / proposed[i, i + 1]) if proposed[i, i + 1] else None for i in range(n - 1)]
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _openmmtools_quietly() -> Iterator[None]:
+    """openmmtools and pymbar log warnings ("the API is experimental", "JAX not found") and print
+    citations on stdout; a run shows its progress bar only. numpy's global random state (which
+    the run seeds) is given back to the caller afterwards."""
+    for name in ("openmmtools", "pymbar", "mpiplus"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    state = np.random.get_state()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        np.random.set_state(state)
+
+
+def _reseed(seed: int, phase: int, iteration: int) -> None:
+    """Seed numpy's global state, which openmmtools' mixing and SeededLangevinMove draw from."""
+    np.random.seed(np.random.SeedSequence([seed, phase, iteration]).generate_state(1)[0])
+
+
+def _segment(work: Path, k: int) -> Path:
+    return work / SEGMENT.format(k)
+
+
+def _sealed(work: Path) -> list[dict[str, int]]:
+    """{start, iterations} of every sealed segment, in order."""
+    found: list[dict[str, int]] = []
+    while (_segment(work, len(found)) / DONE).exists():
+        found.append(json.loads((_segment(work, len(found)) / SEGMENT_INFO).read_text()))
+    return found
+
+
+def _reporter(directory: Path, n_atoms: int, mode: str | None = None):
+    """openmmtools' storage of one segment: every atom's position at every iteration in the
+    analysis file (velocities only at checkpoints), full checkpoints every CHECKPOINT_ITERATIONS."""
+    from openmmtools.multistate import MultiStateReporter
+
+    return MultiStateReporter(
+        str(directory / STORAGE),
+        open_mode=mode,
+        checkpoint_interval=CHECKPOINT_ITERATIONS,
+        checkpoint_storage=CHECKPOINT_STORAGE,
+        analysis_particle_indices=range(n_atoms),
+        position_interval=1,
+        velocity_interval=0,
+    )
+
+
+def _use_platform(sampler, platform: str) -> None:
+    """Give the sampler context caches on the run's OpenMM platform (openmmtools' global cache
+    would pick the fastest one it finds; a resumed sampler starts with that global cache again)."""
+    from openmmtools import cache
+
+    from bgp4.platform import get_platform
+
+    chosen, properties = get_platform(platform)
+    for name in ("energy_context_cache", "sampler_context_cache"):
+        setattr(sampler, name, cache.ContextCache(platform=chosen, platform_properties=properties or None))
+
+
+def _make_segment(work: Path, k: int, start: int, iterations: int, record: Mapping[str, Any], molecule) -> None:
+    """Create segment `k` (global iterations start..start + iterations) in a temporary directory
+    and rename it into place: the first from the minimized and equilibrated structure, the others
+    from the last iteration of segment k - 1 (positions, and which walker is at which temperature)."""
+    from openmm import unit
+    from openmmtools import states
+    from openmmtools.multistate import ParallelTemperingSampler
+
+    from bgp4.simulation._remd_move import SeededLangevinMove
+
+    tmp = work / (SEGMENT.format(k) + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    temperatures = [t * unit.kelvin for t in record["temperatures"]]
+    move = SeededLangevinMove(
+        timestep=record["timestep_fs"] * unit.femtosecond,
+        collision_rate=record["friction"] / unit.picosecond,
+        n_steps=int(record["save_every"]),
+    )
+    sampler = ParallelTemperingSampler(
+        mcmc_moves=move, number_of_iterations=iterations, online_analysis_interval=None, replica_mixing_scheme=MIXING
+    )
+    _use_platform(sampler, record["platform"])
+    walkers, where = _start_of(work, k, molecule)
+    reporter = _reporter(tmp, molecule.n_atoms)
+    try:
+        sampler.create(
+            states.ThermodynamicState(molecule.system, temperatures[0]),
+            walkers,
+            reporter,
+            temperatures=temperatures,
+            n_temperatures=len(temperatures),  # openmmtools needs it beside explicit temperatures
+            initial_thermodynamic_states=where,
+        )
+        if k == 0:
+            _reseed(int(record["seed"]), 0, 0)
+            sampler.minimize()
+            steps = record["equilibration_ps"] * 1000.0 / record["timestep_fs"]
+            equilibration = int(round(steps / record["save_every"]))
+            if equilibration:
+                sampler.equilibrate(equilibration)  # with exchanges; stored as iteration 0
+    finally:
+        reporter.close()
+    atomic_write(tmp / SEGMENT_INFO, json.dumps({"start": start, "iterations": iterations}))
+    os.rename(tmp, _segment(work, k))
+
+
+def _start_of(work: Path, k: int, molecule) -> tuple[list, list[int] | None]:
+    """The walkers' sampler states a segment starts from, and the temperature index of each."""
+    from openmmtools import states
+
+    if k == 0:
+        return [states.SamplerState(molecule.positions)], None
+    previous = _segment(work, k - 1)
+    last = json.loads((previous / SEGMENT_INFO).read_text())["iterations"]
+    reporter = _reporter(previous, molecule.n_atoms, mode="r")
+    try:
+        walkers = reporter.read_sampler_states(last)
+        where = [int(i) for i in reporter.read_replica_thermodynamic_states(last)]
+    finally:
+        reporter.close()
+    if walkers is None:
+        raise Bgp4Error(f"{previous} holds no checkpoint at its last iteration {last}; remove {work} to start over")
+    return walkers, where
+
+
+def _resume(directory: Path, record: Mapping[str, Any], n_atoms: int):
+    """(sampler, reporter) of a segment, at its last checkpoint; None when its storage does not open."""
+    import netCDF4
+    from openmmtools.multistate import ParallelTemperingSampler
+
+    reporter = None
+    try:
+        for name in (STORAGE, CHECKPOINT_STORAGE):  # fails at once, where openmmtools retries for 8 s
+            netCDF4.Dataset(str(directory / name), "r").close()
+        reporter = _reporter(directory, n_atoms)
+        sampler = ParallelTemperingSampler.from_storage(reporter)
+    except Exception as exc:  # noqa: BLE001 - any failure to read the storage means: damaged by a kill
+        if reporter is not None:
+            reporter.close()
+        print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
+        return None
+    _use_platform(sampler, record["platform"])
+    return sampler, reporter
+
+
+def _advance(sampler, bar) -> None:
+    """Run the sampler to the end of its segment, one iteration at a time (the progress bar moves)."""
+    while sampler.iteration < sampler.number_of_iterations:
+        sampler.run(1)
+        bar.update(1)
+
+
+def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar) -> None:
+    """Make, resume and run segments until they hold `frames` iterations in all."""
+    from openmmtools.multistate.utils import SimulationNaNError
+
+    frames, seed = int(record["frames"]), int(record["seed"])
+    while (start := sum(s["iterations"] for s in _sealed(work))) < frames:
+        k = len(_sealed(work))
+        directory = _segment(work, k)
+        opened = _resume(directory, record, molecule.n_atoms) if directory.exists() else None
+        if opened is None:
+            shutil.rmtree(directory, ignore_errors=True)
+            _make_segment(work, k, start, min(SEGMENT_ITERATIONS, frames - start), record, molecule)
+            opened = _resume(directory, record, molecule.n_atoms)
+            if opened is None:
+                raise Bgp4Error(f"openmmtools cannot open the storage it just wrote in {directory}")
+        sampler, reporter = opened
+        bar.update(sampler.iteration)
+        _reseed(seed, 1, start + sampler.iteration)
+        try:
+            _advance(sampler, bar)
+        except SimulationNaNError as exc:
+            raise Bgp4Error(f"replica exchange failed: {exc}; rerun to resume from the last checkpoint") from None
+        finally:
+            reporter.close()
+        atomic_write(directory / DONE, json.dumps({"iterations": sampler.iteration}))
+
+
+def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progress: bool = True) -> None:
+    """Run (or resume) the replica exchange recorded in the work directory `work` (its settings
+    record, written by `bgp4.simulation.md.simulate`), then write the lowest temperature's frames
+    to `out` (see `bgp4.simulation.md.simulate`; the work directory stays for the caller to remove).
+
+    Raises Bgp4Error when openmmtools fails (a NaN energy: lower --timestep-fs).
+    """
+    from tqdm.auto import tqdm
+
+    from bgp4.simulation.molecule import molecule_of
+
+    work = Path(work)
+    record = Stage(work).recorded()
+    if record is None or not record.get("replica_exchange"):
+        raise InputError(f"{work} holds no replica-exchange settings record")
+    molecule = molecule_of(record, source=work)
+    done = sum(s["iterations"] for s in _sealed(work))
+    bar = tqdm(total=int(record["frames"]), initial=done, unit="frame", desc="replica exchange", disable=not progress)
+    try:
+        with _openmmtools_quietly():
+            _run_segments(work, record, molecule, bar)
+    finally:
+        bar.close()
+    _write(Path(out), work, record, molecule)
+
+
+# -- the data file ------------------------------------------------------------------------------
+
+
+def _read_segment(directory: Path, info: Mapping[str, int], n_atoms: int, kT: float) -> dict[str, np.ndarray]:
+    """The lowest temperature's frames of one sealed segment: positions (n, atoms, 3) nm,
+    potential energy (n,) kJ/mol, the walker that was there (n,), and the exchange counts."""
+    import netCDF4
+
+    n = int(info["iterations"])
+    reporter = _reporter(directory, n_atoms, mode="r")
+    try:
+        if reporter.read_last_iteration(last_checkpoint=False) != n:
+            raise Bgp4Error(f"{directory} does not hold its {n} iterations; remove it and rerun to make it again")
+        iterations = slice(1, n + 1)  # iteration 0 is the segment's starting point
+        reduced, _, _ = reporter.read_energies(iterations)  # (n, walkers, temperatures), kT of each
+        where = reporter.read_replica_thermodynamic_states(iterations)  # (n, walkers)
+        accepted, proposed = reporter.read_mixing_statistics(iterations)
+    finally:
+        reporter.close()
+    walker = np.argmax(where == 0, axis=1)
+    # The reporter reads positions one iteration at a time, as unit-carrying SamplerStates (15 ms
+    # each); its analysis file holds them as positions[iteration, walker, atom, xyz] in nm.
+    with netCDF4.Dataset(str(directory / STORAGE), "r") as storage:
+        positions = np.asarray(storage.variables["positions"][iterations], dtype=np.float32)
+    return {
+        "xyz": positions[np.arange(n), walker],
+        "epot": reduced[np.arange(n), walker, 0] * kT,  # no barostat: u = U / kT exactly
+        "walker": walker,
+        "accepted": accepted.sum(axis=0),
+        "proposed": proposed.sum(axis=0),
+    }
+
+
+def _write(out: Path, work: Path, record: Mapping[str, Any], molecule) -> None:
+    """The data file: the lowest temperature's frame of every iteration, segment after segment,
+    with the run's settings record, its exchange rates and a `walker` array."""
+    from bgp4.simulation.data import write_trajectory
+
+    sealed = _sealed(work)
+    kT = molecule.kT(record["temperatures"][0])
+    parts = [_read_segment(_segment(work, k), info, molecule.n_atoms, kT) for k, info in enumerate(sealed)]
+    accepted = sum(p["accepted"] for p in parts)
+    proposed = sum(p["proposed"] for p in parts)
+    frame_ps = record["save_every"] * record["timestep_fs"] / 1000.0
+    final = {
+        **record,
+        "iterations": int(record["frames"]),
+        "steps_per_iteration": int(record["save_every"]),
+        "exchange_acceptance": exchange_acceptance(accepted, proposed),
+        "exchange_attempts": [int(proposed[i, i + 1]) for i in range(proposed.shape[0] - 1)],
+    }
+
+    def chunks():
+        for info, part in zip(sealed, parts):
+            iteration = info["start"] + np.arange(1, len(part["epot"]) + 1)
+            yield {
+                "coordinates": part["xyz"],
+                "time": (iteration * frame_ps).astype(np.float32),
+                "potentialEnergy": part["epot"].astype(np.float32),
+            }
+
+    walker = np.concatenate([p["walker"] for p in parts]).astype(np.int16)
+    # `replica`: one time series (the lowest temperature's), for the block errors of `bgp4 analyze`
+    extras = {"replica": np.zeros_like(walker), "walker": walker}
+    write_trajectory(out, molecule.topology, chunks(), final, extras=extras)

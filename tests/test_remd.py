@@ -1,0 +1,190 @@
+"""Replica exchange (`bgp4 simulate --replica-exchange`): the file, its record, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import mdtraj
+import numpy as np
+import openmm
+import pytest
+
+from bgp4.errors import InputError
+from bgp4.simulation import remd
+from bgp4.simulation.data import load_trajectory, read_settings
+from bgp4.simulation.md import MDSettings, completed, simulate
+from bgp4.simulation.remd import check_replica_exchange, exchange_acceptance, temperature_ladder
+
+pytest.importorskip("openmmtools.multistate")  # a run needs it
+
+TINY = MDSettings(
+    frames=20,
+    temperature=300.0,
+    replica_exchange="300:600:3",
+    save_every=20,
+    equilibration_ps=0.2,
+    constraints="none",
+    seed=5,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("remd") / "tiny.h5"
+    simulate(out, TINY, progress=False)
+    return out
+
+
+def test_ladder_is_geometric_from_the_temperature_asked_for():
+    ladder = temperature_ladder("300:600:8")
+    assert len(ladder) == 8 and ladder[0] == 300.0 and ladder[-1] == 600.0
+    assert np.allclose(np.diff(np.log(ladder)), np.log(2.0) / 7)
+    assert check_replica_exchange("300.0:6e2:8", 300, 0) == "300:600:8"
+    counts = np.array([[0, 3, 0], [3, 0, 1], [0, 1, 0]])
+    assert exchange_acceptance(counts, 2 * counts + np.eye(3, dtype=int)) == [0.5, 0.5]
+    assert exchange_acceptance(np.zeros((2, 2)), np.zeros((2, 2))) == [None]
+
+
+def test_tiny_run_is_an_mdtraj_file_with_its_record(tiny_run, molecule):
+    traj = mdtraj.load(str(tiny_run))
+    assert traj.n_frames == 20 and traj.n_atoms == molecule.n_atoms
+    stored = read_settings(tiny_run)
+    assert stored["kind"] == "md" and stored["method"] == "replica-exchange"
+    assert stored["molecule"] == "alanine-dipeptide" and stored["constraints"] == "none"
+    assert stored["temperature"] == 300.0 and stored["replica_exchange"] == "300:600:3"
+    assert stored["temperatures"] == pytest.approx([300.0, 424.26406871, 600.0])
+    assert stored["iterations"] == 20 and stored["steps_per_iteration"] == 20 and stored["timestep_fs"] == 1.0
+    rates = stored["exchange_acceptance"]
+    assert len(rates) == 2 and all(r is None or 0.0 <= r <= 1.0 for r in rates)
+    assert sum(stored["exchange_attempts"]) > 0
+    data = load_trajectory(tiny_run, extras=("walker", "replica"))
+    assert data.molecule().n_atoms == molecule.n_atoms
+    assert set(data.extras["walker"]) <= {0, 1, 2} and not data.extras["replica"].any()
+    assert np.allclose(traj.time, np.arange(1, 21) * 0.02)  # ps: one frame per 20 steps of 1 fs
+    assert not tiny_run.with_name(tiny_run.name + ".partial").exists()
+
+
+def test_energies_are_the_lowest_temperatures_potential(tiny_run):
+    data = load_trajectory(tiny_run)
+    system = data.molecule().system
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    for i in (0, 9, 19):
+        context.setPositions(data.xyz[i].astype(np.float64))
+        energy = context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+        assert energy == pytest.approx(data.energies[i], abs=2e-3)  # positions stored as float32
+    assert np.unique(data.xyz.reshape(20, -1), axis=0).shape[0] == 20
+
+
+def test_finished_file_is_complete_for_its_settings_only(tiny_run, cli):
+    assert completed(tiny_run, TINY)
+    assert completed(tiny_run, replace(TINY, replica_exchange="300.0:600:3"))  # the same ladder
+    with pytest.raises(InputError, match="other settings.*replica_exchange"):
+        completed(tiny_run, replace(TINY, replica_exchange=""))
+    with pytest.raises(InputError, match="other settings"):
+        completed(tiny_run, replace(TINY, replica_exchange="300:600:4"))
+    flags = ["--frames", "20", "--temperature", "300", "--replica-exchange", "300:600:3", "--save-every", "20"]
+    flags += ["--equilibration-ps", "0.2", "--constraints", "none", "--seed", "5"]
+    done = cli("simulate", "--out", tiny_run, *flags)
+    assert done.returncode == 0 and "already complete" in done.stdout
+
+
+def test_same_seed_same_frames(tiny_run, tmp_path):
+    again = simulate(tmp_path / "again.h5", TINY, progress=False)
+    first, second = load_trajectory(tiny_run, extras=("walker",)), load_trajectory(again, extras=("walker",))
+    assert np.array_equal(first.xyz, second.xyz) and np.array_equal(first.energies, second.energies)
+    assert np.array_equal(first.extras["walker"], second.extras["walker"])
+    assert read_settings(tiny_run)["exchange_acceptance"] == read_settings(again)["exchange_acceptance"]
+
+
+def _interrupt_after(iterations: int):
+    """An `_advance` that runs the segments before the second one whole, then stops (as Ctrl-C
+    would) `iterations` into the second."""
+    advance, calls = remd._advance, []
+
+    def run(sampler, bar):
+        calls.append(1)
+        if len(calls) == 1:
+            return advance(sampler, bar)
+        for _ in range(iterations):
+            sampler.run(1)
+        raise KeyboardInterrupt
+
+    return run
+
+
+@pytest.mark.parametrize("damage", [False, True], ids=["from-checkpoint", "damaged-storage"])
+def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, capsys, damage):
+    monkeypatch.setattr(remd, "SEGMENT_ITERATIONS", 20)
+    settings = replace(TINY, frames=50, equilibration_ps=0.0)
+    out, work = tmp_path / "cut.h5", tmp_path / "cut.h5.partial"
+    with monkeypatch.context() as patch:
+        patch.setattr(remd, "_advance", _interrupt_after(13))
+        with pytest.raises(KeyboardInterrupt):
+            simulate(out, settings, progress=False)
+    assert not out.exists() and (work / "segment-0000" / "done.json").exists()
+    assert not (work / "segment-0001" / "done.json").exists()
+    with pytest.raises(InputError, match="partial run"):
+        simulate(out, replace(settings, seed=6), progress=False)
+    if damage:  # as a kill in the middle of an HDF5 write may leave it
+        (work / "segment-0001" / "remd.nc").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(4000))
+    simulate(out, settings, progress=False)
+    assert ("does not open" in capsys.readouterr().err) == damage
+    data = load_trajectory(out, extras=("walker",))
+    assert data.n_frames == 50 and not work.exists()
+    assert np.allclose(mdtraj.load(str(out)).time, np.arange(1, 51) * 0.02)
+    assert np.unique(data.xyz.reshape(50, -1), axis=0).shape[0] == 50
+    assert sum(read_settings(out)["exchange_attempts"]) > 0
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--replica-exchange", "600:300:4", "--temperature", "600"], "must increase"),
+        (["--replica-exchange", "300:300:4", "--temperature", "300"], "must increase"),
+        (["--replica-exchange", "300-600-8", "--temperature", "300"], "TMIN:TMAX:N"),
+        (["--replica-exchange", "300:600:eight", "--temperature", "300"], "TMIN:TMAX:N"),
+        (["--replica-exchange", "300:600:1", "--temperature", "300"], "at least 2"),
+        (["--replica-exchange", "300:600:8"], "temperature (--temperature) is 600 K"),
+        (["--replica-exchange", "300:600:8", "--temperature", "300", "--replicas", "2"], "--replicas"),
+        (["--replica-exchange", "300:600:8", "--temperature", "300", "--constraints", "none", "--timestep-fs", "2"],
+         "too long"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_code_2_with_nothing_written(tmp_path, cli, flags, message):
+    out = tmp_path / "bad.h5"
+    done = cli("simulate", "--out", out, "--frames", "10", *flags)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def _partial_iterations(work: Path) -> int:
+    """Iterations that sealed segments hold (read from their markers)."""
+    return sum(json.loads(p.read_text())["iterations"] for p in work.glob("segment-*/done.json"))
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_gives_exact_frames(tmp_path):
+    out, work = tmp_path / "kill.h5", tmp_path / "kill.h5.partial"
+    args = [sys.executable, "-m", "bgp4.cli", "simulate", "--out", str(out), "--frames", "1500", "--quiet"]
+    args += ["--temperature", "300", "--replica-exchange", "300:600:3", "--save-every", "10"]
+    args += ["--equilibration-ps", "0.1", "--constraints", "none"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and _partial_iterations(work) < 1000 and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(np.random.default_rng().uniform(0.0, 1.0))  # anywhere in the next segment
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists() and _partial_iterations(work) >= 1000
+    finished = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    data = load_trajectory(out)
+    assert data.n_frames == 1500 and not work.exists()
+    assert np.allclose(mdtraj.load(str(out)).time, np.arange(1, 1501) * 0.01)
