@@ -31,6 +31,9 @@ __all__ = [
     "COMPILE_MODES",
     "LR_SCHEDULES",
     "ZMATRICES",
+    "OBJECTIVES",
+    "ENERGY_LR",
+    "NO_DATA",
     "KIND_DEFAULTS",
     "resolve_architecture",
     "TrainSettings",
@@ -114,6 +117,15 @@ LR_SCHEDULES = ("auto", "constant", "cosine")
 # hand: the molecule's own z-matrix (alanine dipeptide: the hand-written one of the paper's setup);
 # auto: bgp4.simulation.zmatrix's, built from the bond graph
 ZMATRICES = ("hand", "auto")
+#: What the second (energy) phase trains: ml (none: likelihood only), mixed (the paper's w_l NLL +
+#: w_e reverse KL), kl (reverse KL alone, no data), fab (flow annealed importance sampling bootstrap).
+OBJECTIVES = ("ml", "mixed", "kl", "fab")
+#: The energy phase's learning rate of each objective when energy_lr is 0 (mixed: the paper's).
+ENERGY_LR = {"mixed": 1e-5, "kl": 1e-4, "fab": 1e-4}
+#: Objectives that train without MD frames (the energy phase alone, from --init without data).
+_DATA_FREE = ("kl", "fab")
+#: The `data` values that mean: no MD data (kl and fab from a finished run).
+NO_DATA = ("", "none")
 #: Settings without a command-line option (a config file or the API sets them).
 _NO_FLAG = ("checkpoint_minutes",)
 
@@ -142,13 +154,19 @@ class TrainSettings:
     batch: int = 256
     lr: float = 1e-3
     energy_steps: int = 2_000
-    energy_lr: float = 1e-5
-    energy_weight: float = 0.05  # w_e / w_l
+    energy_lr: float = 0.0  # 0: the objective's (ENERGY_LR: mixed 1e-5 as in the paper, kl and fab 1e-4)
+    energy_weight: float = 0.05  # w_e / w_l (mixed)
+    objective: str = "mixed"  # ml | mixed | kl | fab: what the energy phase trains (OBJECTIVES)
+    fab_levels: int = 8  # FAB: intermediate distributions of each AIS run towards p^2/q
+    fab_moves: int = 1  # FAB: MALA moves per level
+    fab_independence: int = 1  # FAB: independence Metropolis moves per level (before the MALA moves)
+    fab_buffer: int = 50_000  # FAB: replay buffer capacity (samples)
+    fab_reuse: int = 4  # FAB: gradient steps per AIS batch drawn into the buffer
     blocks: int = 0  # 0: the kind's default (paper kinds 25, spline kinds 6)
     hidden: int = 0  # 0: the kind's default (paper kinds 60, spline kinds 256)
     bins: int = 0  # spline bins; 0: the kind's default (8)
     lr_schedule: str = "auto"  # auto: constant for the paper's kinds, cosine decay for spline kinds
-    clip_grad: float = -1.0  # max gradient norm; 0: no clipping; -1: auto (paper kinds none, spline kinds 10)
+    clip_grad: float = -1.0  # max gradient norm; 0: no clipping; -1: auto (10 for spline kinds, kl and fab; else none)
     penalty_weight: float = 0.0  # C_p of the P4Inv bound penalty; 0 as in the paper's BG experiment
     merge_every: int = 100
     force_every: int = 10
@@ -166,8 +184,14 @@ class TrainSettings:
     init: str | None = None  # a finished run to start from (same architecture, data and split)
     augment: bool = False  # relabel interchangeable hydrogens (methyl groups) of training frames at random
 
+    @property
+    def has_data(self) -> bool:
+        """Whether the run has MD data (`data` is not one of NO_DATA)."""
+        return self.data.strip().lower() not in NO_DATA
+
     def validated(self) -> TrainSettings:
-        """A copy with the data path made absolute; raises InputError for impossible values."""
+        """A copy with paths made absolute and every auto value resolved; raises InputError for
+        impossible values."""
         kind = get_kind(self.model, what="model")
         for name in ("steps", "energy_steps", "workers", "seed"):
             if getattr(self, name) < 0:
@@ -177,13 +201,11 @@ class TrainSettings:
                 raise InputError(f"{_named(name)} must be >= 1, got {getattr(self, name)}")
         if not self.penalty_weight >= 0:
             raise InputError(f"penalty_weight (--penalty-weight) must be >= 0, got {self.penalty_weight}")
-        for name in ("lr", "energy_lr", "checkpoint_minutes"):
+        for name in ("lr", "checkpoint_minutes"):
             if not getattr(self, name) > 0:
                 raise InputError(f"{_named(name)} must be positive, got {getattr(self, name)}")
         if self.temperature is not None and not self.temperature > 0:
             raise InputError(f"temperature (--temperature) must be positive (K), got {self.temperature}")
-        if self.energy_weight < 0:
-            raise InputError(f"energy_weight (--energy-weight) must be >= 0, got {self.energy_weight}")
         if not 0.0 < self.test_fraction < 1.0:
             raise InputError(f"test_fraction (--test-fraction) must be in (0, 1), got {self.test_fraction}")
         if self.compile not in COMPILE_MODES:
@@ -205,18 +227,65 @@ class TrainSettings:
             )
         if self.clip_grad < 0 and self.clip_grad != -1:
             raise InputError(f"clip_grad (--clip-grad) must be >= 0 (or -1 for auto), got {self.clip_grad}")
-        spline = kind.circular  # spline couplings train with a cosine schedule and clipped gradients
+        self._check_objective()
+        # spline couplings train with a cosine schedule and clipped gradients; kl and fab clip too
+        spline, energy_only = kind.circular, self.objective in _DATA_FREE
         arch = kind.architecture(self.blocks, self.hidden, self.bins)
         return dataclasses.replace(
             self,
-            data=str(Path(self.data).expanduser().resolve()),
+            data=str(Path(self.data).expanduser().resolve()) if self.has_data else "",
             init=str(Path(self.init).expanduser().resolve()) if self.init else None,
             blocks=arch["blocks"],
             hidden=arch["hidden"],
             bins=arch.get("bins", 0),
             lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
-            clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline else 0.0),
+            clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline or energy_only else 0.0),
+            energy_steps=0 if self.objective == "ml" else self.energy_steps,
+            energy_lr=self.energy_lr or ENERGY_LR.get(self.objective, ENERGY_LR["mixed"]),
         )
+
+    def _check_objective(self) -> None:
+        """Refuse (InputError) an unknown objective, its settings out of range, and a run without
+        MD data that would need them."""
+        if self.objective not in OBJECTIVES:
+            raise InputError(f"objective (--objective) must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if not self.energy_lr >= 0:
+            raise InputError(f"energy_lr (--energy-lr) must be positive (0: the objective's), got {self.energy_lr}")
+        if not self.energy_weight >= 0:
+            raise InputError(f"energy_weight (--energy-weight) must be >= 0, got {self.energy_weight}")
+        for name, low, high in _FAB_RANGES:
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise InputError(f"{_named(name)} must be in {low}..{high}, got {value}")
+        if self.fab_levels and self.fab_moves + self.fab_independence < 1:
+            raise InputError(
+                "fab_moves (--fab-moves) and fab_independence (--fab-independence) are both 0: the AIS levels "
+                "would not move"
+            )
+        if self.objective == "fab" and self.fab_buffer < self.batch:
+            raise InputError(f"fab_buffer (--fab-buffer) {self.fab_buffer} holds less than one batch of {self.batch}")
+        if self.has_data:
+            return
+        what = f"objective {self.objective} (--objective)"
+        if self.objective not in _DATA_FREE:
+            raise InputError(f"{what} trains on MD data: give data (--data); only kl and fab train without")
+        if self.steps:
+            raise InputError(f"steps (--steps) {self.steps}: likelihood steps need MD data (--data); pass --steps 0")
+        if not self.init:
+            raise InputError(
+                f"{what} without MD data (--data none) starts from a finished run (--init RUN), whose model "
+                "carries the molecule and coordinate transform"
+            )
+
+
+#: FAB settings: (name, lowest, highest).
+_FAB_RANGES = (
+    ("fab_levels", 0, 1_000),
+    ("fab_moves", 0, 100),
+    ("fab_independence", 0, 100),
+    ("fab_buffer", 1, 10_000_000),
+    ("fab_reuse", 1, 1_000),
+)
 
 
 @dataclass(frozen=True)
