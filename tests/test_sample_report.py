@@ -147,6 +147,18 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     ess_row = next(line for line in report.splitlines() if line.startswith("| reverse ESS"))
     assert ess_row.split(" | ")[1] == "not defined" and "N = 600" in ess_row.split(" | ")[2]
     assert PREDATES_CHECK in report
+    # The table's metrics: clipped ESS, forward ESS on the run's held-out frames, the costs.
+    assert new["reverse_ess_clipped"] >= new["reverse_ess"] and old["reverse_ess_clipped"] is None
+    assert 0 < new["forward_ess"] <= 1 and old["forward_ess"] is None and old["forward_ess_note"]
+    test_frames = np.load(fixed / "split.npz")["test"]
+    assert new["forward_ess_frames"] == test_frames.size
+    complete = json.loads((fixed / "complete.json").read_text())
+    assert new["train_energy_evaluations"] == complete.get("energy_evaluations_total", complete["energy_evaluations"])
+    assert new["sample_energy_evaluations"] == 600
+    assert new["train_md_frames"] == np.load(fixed / "split.npz")["train"].size
+    assert new["md_energy_evaluations"] == 10 * new["train_md_frames"]  # MDSettings' save_every
+    for row in ("| reverse ESS, top 1e-4", "| forward ESS on held-out", "| target energy evaluations"):
+        assert row in report, row
     # Alanine dipeptide's one residue: its per-residue block is the flat single pair's.
     assert metrics["torsion_pair"] == "ALA2" and list(new["residues"]) == ["ALA2"]
     assert new["residues"]["ALA2"] == {k: new[k] for k in new["residues"]["ALA2"]}
@@ -160,6 +172,19 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     assert " ± " in p_row.split(" | ")[2]  # the MD value with its block error
     reweighted = next(line for line in residue_rows if "P(phi > 0), reweighted" in line).split(" | ")
     assert reweighted[3] == NOT_DEFINED and reweighted[4].startswith(f"{new['p_phi_positive_reweighted']:.3g}")
+
+
+def test_held_out_log_q_is_the_runs_test_likelihood(trained_run):
+    """The forward ESS's log q of held-out MD frames, from model.pt: its mean is the test NLL training logged."""
+    from bgp4.report.costs import held_out_log_q
+
+    data, run = trained_run
+    frames, log_q = held_out_log_q(run, load_trajectory(data).xyz, seed=3)
+    assert np.array_equal(frames, np.load(run / "split.npz")["test"])  # fewer than 10,000: all of them
+    complete = json.loads((run / "complete.json").read_text())
+    assert -log_q.mean() == pytest.approx(complete["test_nll_end"], abs=1e-3)
+    some, _ = held_out_log_q(run, load_trajectory(data).xyz, n=50)
+    assert some.size == 50 and np.isin(some, frames).all()
 
 
 def test_analyze_without_a_peptide_backbone(trained_run, tmp_path, monkeypatch):

@@ -28,7 +28,14 @@ from bgp4.analysis.estimators import (
     state_free_energy,
     state_free_energy_error,
 )
-from bgp4.analysis.weights import N_BOOTSTRAP, log_weights, normalized_weights, reverse_ess, reverse_ess_interval
+from bgp4.analysis.weights import (
+    N_BOOTSTRAP,
+    clipped_reverse_ess,
+    log_weights,
+    normalized_weights,
+    reverse_ess,
+    reverse_ess_interval,
+)
 
 __all__ = [
     "PAIR_KEYS",
@@ -70,6 +77,7 @@ REWEIGHTED_KEYS = (
     "reverse_ess",
     "reverse_ess_ci_low",
     "reverse_ess_ci_high",
+    "reverse_ess_clipped",
     "energy_shift_reweighted_kT",
     "energy_w2_reweighted",
     *PAIR_REWEIGHTED_KEYS,
@@ -186,7 +194,8 @@ def model_metrics(
     low_energy_fraction, energy_w2), ramachandran_kl/_tv with their MD floors (an MD subsample
     of the model's size; None with ramachandran_floor_note when the model has at least as many
     samples as MD), p_phi_positive, dF_phi_kT and their errors vs MD (model - MD), n_zero_weight,
-    weights_defined, weights_note, and `REWEIGHTED_KEYS` (the floors *_floor_ess at the
+    weights_defined, weights_note, and `REWEIGHTED_KEYS` (reverse_ess_clipped: with the largest
+    1e-4 of the log weights clipped, `clipped_reverse_ess`; the floors *_floor_ess at the
     effective sample size round(reverse_ess * n)).
     """
     u = _as_1d(u_model_kT, "u_model_kT")
@@ -286,12 +295,14 @@ def _weight_metrics(
     n_boot: int,
     rng: np.random.Generator,
 ) -> dict[str, float | None]:
-    """The ESS with its bootstrap interval and the energy metrics under the weights."""
+    """The ESS with its bootstrap interval, the ESS as the field's table clips it, and the energy
+    metrics under the weights."""
     low, high = reverse_ess_interval(log_w, n_boot, rng=rng)
     values = dict(
         reverse_ess=ess,
         reverse_ess_ci_low=low,
         reverse_ess_ci_high=high,
+        reverse_ess_clipped=clipped_reverse_ess(log_w),
         energy_shift_reweighted_kT=energy_shift(u, u_md, weights),
         energy_w2_reweighted=energy_w2(u_md, u, weights),
     )

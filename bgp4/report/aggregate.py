@@ -41,6 +41,8 @@ KNOWN: dict[str, str] = {
     "low_energy_fraction": "low-energy fraction",
     "reverse_ess": "reverse ESS",
     "log10_reverse_ess": "log10 reverse ESS",
+    "reverse_ess_clipped": "reverse ESS, top 1e-4 of log w clipped",
+    "forward_ess": "forward ESS (held-out MD frames)",
     "ramachandran_kl": "Ramachandran KL",
     "ramachandran_kl_reweighted": "Ramachandran KL, reweighted",
     "ramachandran_tv": "Ramachandran TV",
@@ -57,6 +59,11 @@ KNOWN: dict[str, str] = {
     "out_of_domain": "samples outside the IC domain",
     "n_zero_weight": "samples with zero weight",
     "energy_evals_per_sample": "energy evaluations per sample",
+    "energy_evaluations_total": "target energy evaluations (training + sampling)",
+    "train_energy_evaluations": "target energy evaluations of training",
+    "sample_energy_evaluations": "target energy evaluations of sampling",
+    "train_md_frames": "MD frames for training",
+    "md_energy_evaluations": "MD energy evaluations behind the training frames",
 }
 #: Bookkeeping numbers of a run, properties of the MD data (sampling floors), and figures that
 #: only restate others (errors against MD = value - MD; interval ends of a run's own ESS).
@@ -69,6 +76,7 @@ SKIPPED = {
     "ramachandran_tv_floor_ess",
     "reverse_ess_ci_low",
     "reverse_ess_ci_high",
+    "forward_ess_frames",
 }
 
 

@@ -18,8 +18,9 @@ from bgp4.analysis.metrics import TorsionPair, model_metrics, state_summary, sum
 from bgp4.analysis.residues import ResidueTorsions, dihedral_angles, residue_dihedrals, residue_torsions
 from bgp4.analysis.weights import lineage_ess
 from bgp4.errors import InputError
-from bgp4.generator.rundir import RunDirectory
+from bgp4.generator.rundir import SPLIT, RunDirectory
 from bgp4.generator.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
+from bgp4.report.costs import cost_metrics, forward_metrics
 from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pipeline format numbers as the report does
     METRICS_SECTION,
     NOT_DEFINED,
@@ -69,7 +70,12 @@ def _load_samples(run: Path, n_atoms: int) -> list[tuple[str, dict[str, Any], An
     path = default_samples_path(run)
     if not path.exists():
         raise InputError(f"run {run} has no samples ({path}); run `bgp4 sample {run}` first")
-    info = {"settings": settings, "complete": rundir.completion()}
+    split = run / SPLIT  # the training frames: older runs count them as the MD frames they used
+    info = {
+        "settings": settings,
+        "complete": rundir.completion(),
+        "n_train": int(np.load(split)["train"].size) if split.is_file() else None,
+    }
     entries = [("", info, load_trajectory(path, n_atoms=n_atoms, extras=SAMPLE_EXTRAS))]
     if refined_path(path).exists():
         refined = load_trajectory(refined_path(path), n_atoms=n_atoms, extras=REFINED_EXTRAS)
@@ -104,7 +110,7 @@ def analyze(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    metrics, ref = _md_reference(data, molecule, temperature, loaded[0][0] / "split.npz", seed, workers)
+    metrics, ref = _md_reference(data, molecule, temperature, loaded[0][0] / SPLIT, seed, workers)
     figures = _FigureData(ref)
     taken: set[str] = set()
     label = ""
@@ -157,6 +163,8 @@ class _Reference:
 
     molecule: Any
     kT: float  # kJ/mol
+    xyz: np.ndarray  # the MD frames (n_frames, n_atoms, 3) nm
+    settings: dict[str, Any]  # the data file's settings record
     u: np.ndarray
     u_noisy: np.ndarray
     pair: ResidueTorsions | None
@@ -181,7 +189,7 @@ def _md_reference(
     with OpenMMEnergy(molecule.system, temperature, n_workers=workers or None) as energy:
         u_noisy = energy.energies_kjmol(A.noisy_reference(data.xyz[pick], rng=rng)) / kT
     angles = _angles(data.xyz, molecule, pair, torsions)
-    ref = _Reference(molecule, kT, u_md, u_noisy, pair, torsions, angles, threshold)
+    ref = _Reference(molecule, kT, data.xyz, data.settings, u_md, u_noisy, pair, torsions, angles, threshold)
     replica = data.extras.get("replica")  # the block errors stay within one MD replica
     md = summarize_reference(u_md, threshold, phi=ref.angles.phi, groups=replica)
     md["residues"] = {t.label: state_summary(ref.angles.res_phi[:, i], replica) for i, t in enumerate(torsions)}
@@ -225,14 +233,20 @@ def _model_entry(run: Path, suffix: str, info: dict[str, Any], samples, ref: _Re
             for i, t in enumerate(ref.torsions)
         },
     )
+    evals = samples.settings.get("evals_per_sample", 1)
     summary.update(
         model=info["settings"].get("model"),
         run=str(run),
         out_of_domain=int(np.count_nonzero(~in_domain)),
         test_nll=info["complete"].get("test_nll_end"),
         train_wall_s=info["complete"].get("wall_s"),
-        energy_evals_per_sample=samples.settings.get("evals_per_sample", 1),
+        energy_evals_per_sample=evals,
+        **cost_metrics(info["complete"], info["settings"], ref.settings, info["n_train"], u.size, evals),
     )
+    if suffix:  # the refined samples have no density of their own: the run's entry has its forward ESS
+        summary.update(forward_ess=None, forward_ess_frames=None, forward_ess_note="AIS samples have no density q")
+    else:
+        summary.update(forward_metrics(run, ref.xyz, ref.u, summary["weights_defined"], seed))
     log_w = A.log_weights(u, log_q)
     if summary["weights_defined"] and samples.settings.get("resampled_levels") and "ancestor" in samples.extras:
         summary["reverse_ess_lineage"] = lineage_ess(log_w, samples.extras["ancestor"])

@@ -40,6 +40,8 @@ def _with_se(value: Any, se: Any) -> str:
 NOT_DEFINED = "not defined"
 #: Rows shown only when some model has them (SMC-resampled samples only).
 OPTIONAL_KEYS = {"reverse_ess_lineage"}
+#: Keys beyond `REWEIGHTED_KEYS` that need importance weights.
+_WEIGHTED = set(REWEIGHTED_KEYS) | OPTIONAL_KEYS | {"forward_ess"}
 #: Keys of the Ramachandran and phi-state rows: left out for a molecule without a peptide backbone.
 _ANGLE_KEYS = set(PAIR_KEYS) | set(PAIR_REWEIGHTED_KEYS)
 #: A table cell: one model's metrics -> text.
@@ -69,6 +71,27 @@ def _ess(m: dict[str, Any]) -> str:
         f"{_fmt(m.get('reverse_ess'))} [{_fmt(m.get('reverse_ess_ci_low'))}, "
         f"{_fmt(m.get('reverse_ess_ci_high'))}], N = {m.get('n_samples')}"
     )
+
+
+def _forward(m: dict[str, Any]) -> str:
+    frames = m.get("forward_ess_frames")
+    return _fmt(m.get("forward_ess")) + ("" if frames is None else f", N = {frames}")
+
+
+def _count(value: Any) -> str:
+    """An evaluation count: exact below a million, else 3 significant digits (4.2e+08)."""
+    return "n/a" if value is None else (f"{value:,}" if value < 1_000_000 else f"{value:.3g}")
+
+
+def _evaluations(m: dict[str, Any]) -> str:
+    return (
+        f"{_count(m.get('train_energy_evaluations'))} + {_count(m.get('sample_energy_evaluations'))} = "
+        f"{_count(m.get('energy_evaluations_total'))}"
+    )
+
+
+def _md_frames(m: dict[str, Any]) -> str:
+    return f"{_count(m.get('train_md_frames'))} ({_count(m.get('md_energy_evaluations'))})"
 
 
 def _pair_rows(p_label: str, df_label: str, kl: bool = True) -> list[Row]:
@@ -118,6 +141,10 @@ def _rows(md: dict[str, Any]) -> list[Row]:
         ("energy W2, reweighted (kT)", _plain("energy_w2_reweighted"), ("energy_w2_reweighted",)),
         ("low-energy fraction", _plain("low_energy_fraction"), ("low_energy_fraction",)),
         ("reverse ESS [95 % CI], N", _ess, ("reverse_ess",)),
+        ("reverse ESS, top 1e-4 of log w clipped", _plain("reverse_ess_clipped"), ("reverse_ess_clipped",)),
+        ("forward ESS on held-out MD frames", _forward, ("forward_ess",)),
+        ("target energy evaluations: training + sampling", _evaluations, ("energy_evaluations_total",)),
+        ("MD frames for training (MD energy evaluations)", _md_frames, ("train_md_frames",)),
         ("reverse ESS by SMC lineage", _plain("reverse_ess_lineage"), ("reverse_ess_lineage",)),
         *_pair_rows(f"P(phi > 0) (MD {p_md})", f"dF(phi) (kT) (MD {df_md})"),
         ("test NLL (nats)", _places("test_nll", 3), ("test_nll",)),
@@ -127,7 +154,7 @@ def _rows(md: dict[str, Any]) -> list[Row]:
 
 def _cell(m: dict[str, Any], show: Cell, keys: tuple[str, ...]) -> str:
     """One model's cell; "not defined" where the keys need importance weights the model lacks."""
-    if not m.get("weights_defined") and any(k in REWEIGHTED_KEYS or k in OPTIONAL_KEYS for k in keys):
+    if not m.get("weights_defined") and any(k in _WEIGHTED for k in keys):
         return NOT_DEFINED
     return show(m)
 
@@ -147,6 +174,22 @@ METRICS_SECTION = (
     "- **reverse ESS**: Kish effective sample size per sample, (sum w)^2 / (N sum w^2), over all N "
     "samples (zero weight for a non-finite energy or a sample outside the IC domain); the interval is "
     "the 2.5-97.5 % percentile of 200 seeded bootstrap resamples of the N samples.\n"
+    "- **reverse ESS, top 1e-4 of log w clipped**: the reverse ESS as the field's table computes it "
+    "(von Klitzing et al. 2025, table 1): the largest 1e-4 of the log weights are lowered to their "
+    "(1 - 1e-4) quantile before the Kish formula.\n"
+    "- **forward ESS on held-out MD frames**: with w_i = exp(-u(x_i) - log q(x_i)) for MD frames x_i "
+    "~ p that the run held out from training (at most 10,000, a seeded choice), ESS / N = N^2 / (sum w "
+    "sum 1/w) = 1 / (mean(w) mean(1/w)) (Midgley et al. 2023); it drops to 0 when q misses a region "
+    "that MD visits, which the reverse ESS cannot see. Given for a run's own samples only (AIS "
+    "samples have no density q).\n"
+    "- **target energy evaluations**: OpenMM energy evaluations of training (with the runs it started "
+    "from) + those of the samples (one per flow sample; every AIS level's for refined samples).\n"
+    "- **MD frames for training**: the MD frames the training losses drew from, with the MD "
+    "integration steps behind them in brackets (each one energy evaluation: frames x steps between "
+    "frames, x the temperatures for replica exchange; equilibration not counted). The field's table "
+    "counts them as evaluations too.\n"
+    "- **the table's Ramachandran KL and TV** are the rows below as they stand: bgp4 takes its one "
+    "grid, 64 x 64 bins of [-pi, pi]^2, for the comparison with the table too.\n"
     "- **reverse ESS by SMC lineage** (only for samples refined with resampling): resampling copies "
     "samples, and the copies' equal weights make the plain Kish ESS overstate; here the weights of all "
     "samples that descend from one starting sample are summed first and the Kish ESS of those sums is "
