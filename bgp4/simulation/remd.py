@@ -19,13 +19,11 @@ last checkpoint. A netCDF (HDF5) file killed in the middle of a write may not op
 (openmmtools issue 754): such a segment is made again from the end of the sealed one before it,
 so a kill at any moment loses at most one segment.
 
-Seeds. openmmtools draws its exchanges from numpy's global random state, and `SeededLangevinMove`
-draws its integrator and velocity seeds from the same state; this module seeds it from `--seed`
-and the iteration a run starts at (and restores the caller's state afterwards). A run that is not
-cut off is reproducible bit for bit on the same platform. A resumed one continues from the last
-checkpoint, whose positions and velocities openmmtools stores in float32, with the streams seeded
-anew from (seed, iteration): a valid continuation, the same for the same cut, but not the frames
-an uninterrupted run would give.
+Seeds. openmmtools' exchanges and `SeededLangevinMove`'s integrator and velocity seeds draw from
+numpy's global random state, seeded here from `--seed` and the iteration a run starts at (the
+caller's state is given back afterwards). An uninterrupted run is reproducible bit for bit on one
+platform; a resumed one goes on from a checkpoint (float32 positions) with the streams seeded
+anew: a valid continuation, not the frames an uninterrupted run would give.
 """
 
 from __future__ import annotations
@@ -178,6 +176,11 @@ def _sealed(work: Path) -> list[dict[str, int]]:
     return found
 
 
+def _held(sealed: list[dict[str, int]]) -> int:
+    """Iterations the sealed segments hold."""
+    return sum(segment["iterations"] for segment in sealed)
+
+
 def _reporter(directory: Path, n_atoms: int, mode: str | None = None):
     """openmmtools' storage of one segment: every atom's position at every iteration in the
     analysis file (velocities only at checkpoints), full checkpoints every CHECKPOINT_ITERATIONS."""
@@ -304,8 +307,8 @@ def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar) -> None:
     from openmmtools.multistate.utils import SimulationNaNError
 
     frames, seed = int(record["frames"]), int(record["seed"])
-    while (start := sum(s["iterations"] for s in _sealed(work))) < frames:
-        k = len(_sealed(work))
+    while (start := _held(sealed := _sealed(work))) < frames:
+        k = len(sealed)
         directory = _segment(work, k)
         opened = _resume(directory, record, molecule.n_atoms) if directory.exists() else None
         if opened is None:
@@ -342,7 +345,7 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
     if record is None or not record.get("replica_exchange"):
         raise InputError(f"{work} holds no replica-exchange settings record")
     molecule = molecule_of(record, source=work)
-    done = sum(s["iterations"] for s in _sealed(work))
+    done = _held(_sealed(work))
     bar = tqdm(total=int(record["frames"]), initial=done, unit="frame", desc="replica exchange", disable=not progress)
     try:
         with _openmmtools_quietly():
