@@ -610,3 +610,132 @@ def test_automatic_zmatrix_run_trains_resumes_and_reloads(md_file, tmp_path, cli
     assert "--zmatrix" in help_text and "hand" in help_text
     bad = _one_line_error(cli("train", "--data", str(md_file), "--out", str(tmp_path / "x"), "--zmatrix", "bond"))
     assert "zmatrix (--zmatrix) must be one of hand, auto" in bad
+
+
+# ------------------------------------------------------------------ objectives: ml, mixed, kl, fab
+FAB_TINY = dict(objective="fab", fab_levels=2, fab_moves=1, fab_independence=1, fab_buffer=128, fab_reuse=2)
+
+
+def test_each_objective_resolves_its_own_defaults():
+    paper = TrainSettings().validated()
+    assert (paper.objective, paper.energy_lr, paper.clip_grad, paper.energy_steps) == ("mixed", 1e-5, 0.0, 2_000)
+    assert TrainSettings(objective="ml").validated().energy_steps == 0  # likelihood only
+    for objective in ("kl", "fab"):
+        s = TrainSettings(objective=objective).validated()
+        assert (s.energy_lr, s.clip_grad) == (1e-4, 10.0)  # a larger step and clipped gradients
+    assert TrainSettings(objective="fab", energy_lr=3e-4, clip_grad=0).validated().energy_lr == 3e-4
+    assert TrainSettings(model="spline").validated().clip_grad == 10.0  # the spline kinds as before
+    without = TrainSettings(data="none", objective="kl", steps=0, init="somewhere").validated()
+    assert without.data == "" and not without.has_data
+
+
+@pytest.mark.slow
+def test_kl_and_fab_train_from_a_finished_run_without_data_and_count_their_costs(md_file, tmp_path, cli):
+    from bgp4.generator.model import load_generator
+
+    base = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10})
+    first, _ = train(base, tmp_path / "ml", progress=False)
+    n_train = len(np.load(tmp_path / "ml" / "split.npz")["train"])
+    assert first["objective"] == "mixed" and first["md_frames"] == n_train and first["energy_evaluations"] == 0
+    common = ("--data", "none", "--init", tmp_path / "ml", "--model", "rnvp", "--blocks", "2", "--hidden", "32")
+    common += ("--batch", "64", "--steps", "0", "--workers", "1", "--eval-every", "2", "--quiet")
+    kl = cli("train", *common, "--objective", "kl", "--energy-steps", "3", "--out", tmp_path / "kl")
+    assert kl.returncode == 0, kl.stderr
+    assert "192 target energy evaluations" in kl.stdout  # 3 steps of 64 flow samples
+    fab_flags = ("--fab-levels", "2", "--fab-buffer", "128", "--fab-reuse", "2")
+    fab = cli("train", *common, "--objective", "fab", *fab_flags, "--energy-steps", "4", "--out", tmp_path / "fab")
+    assert fab.returncode == 0, fab.stderr
+    start = load_generator(tmp_path / "ml" / "model.pt").state_dict()
+    for name, objective in (("kl", "kl"), ("fab", "fab")):
+        run = RunDirectory(tmp_path / name)
+        summary = run.completion()
+        assert summary["objective"] == objective and summary["temperature"] == 600.0
+        assert summary["md_frames"] == 0 and summary["md_frames_total"] == n_train  # the ML run's frames
+        assert summary["test_nll_end"] is None and run.settings()["data"] == ""
+        assert summary["energy_evaluations_total"] == summary["energy_evaluations"] > 0
+        tuned = load_generator(run.file("model.pt")).state_dict()
+        assert any(not torch.equal(tuned[k], start[k]) for k in start)
+    records = list(RunDirectory(tmp_path / "fab").records())
+    # the buffer is filled once (an eighth of 128 < one batch: one AIS batch), then one AIS batch per 2 steps
+    ais = [r for r in records if r.get("flow_ess") is not None]
+    assert [r["global_step"] for r in ais] == [2, 4] and all(r["buffer_size"] >= 64 for r in ais)
+    # each AIS batch: 64 samples evaluated once, then at most 2 moves of each live sample per level
+    assert 2 * 64 <= records[-1]["energy_evaluations"] <= 2 * 64 * (1 + 2 * 2)
+
+
+@pytest.mark.slow
+def test_fab_resumes_exactly_after_a_kill_in_or_between_steps(md_file, tmp_path, monkeypatch):
+    """The replay buffer, step sizes and the AIS and draw streams are in the checkpoint: a kill
+    between steps or inside an AIS run resumes to the same model as an unbroken run."""
+    from bgp4.generator.fab import FabSampler
+
+    settings = TrainSettings(
+        data=str(md_file), model="rnvp", checkpoint_minutes=1e-9, **{**TINY, "steps": 0, "energy_steps": 7}, **FAB_TINY
+    )
+    train(settings, tmp_path / "unbroken", progress=False)
+    _killed_at(settings, tmp_path / "between", 5, monkeypatch)
+    state = torch.load(tmp_path / "between" / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 5 and state["objective"]["replay"]["log_w"].numel() >= 128
+    train(settings, tmp_path / "between", progress=False)
+    _assert_same_model(tmp_path / "unbroken", tmp_path / "between")
+
+    original, calls = FabSampler.run, []
+
+    def killed_in_ais(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the AIS run of step 4 (runs at steps 0, 2, 4, 6)
+            raise RuntimeError("simulated kill")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FabSampler, "run", killed_in_ais)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train(settings, tmp_path / "inside", progress=False)
+    monkeypatch.setattr(FabSampler, "run", original)
+    train(settings, tmp_path / "inside", progress=False)
+    _assert_same_model(tmp_path / "unbroken", tmp_path / "inside")
+    assert (
+        RunDirectory(tmp_path / "inside").completion()["energy_evaluations"]
+        == (RunDirectory(tmp_path / "unbroken").completion()["energy_evaluations"])
+    )
+
+
+def test_kl_from_scratch_uses_the_data_for_its_transform_only(md_file, tmp_path):
+    settings = TrainSettings(data=str(md_file), model="rnvp", objective="kl", **{**TINY, "steps": 0, "energy_steps": 2})
+    summary, _ = train(settings, tmp_path / "kl", progress=False)
+    assert summary["md_frames"] == 0 and summary["energy_evaluations"] == 2 * TINY["batch"]
+    assert summary["test_nll_end"] is not None  # held-out frames still score the flow
+
+
+def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
+    import shutil
+
+    base = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
+    train(base, tmp_path / "ml", progress=False)
+    other = tmp_path / "other-molecule"  # the same run, as if trained on another molecule
+    shutil.copytree(tmp_path / "ml", other)
+    payload = torch.load(other / "model.pt", weights_only=True)
+    payload["config"]["molecule"] = "alanine-tetrapeptide"
+    torch.save(payload, other / "model.pt")
+    tiny = ("--model", "rnvp", "--blocks", "1", "--hidden", "32", "--batch", "64", "--workers", "1")
+    cases = [
+        (["--data", str(md_file), "--objective", "fab2"], "objective (--objective) must be one of ml, mixed, kl, fab"),
+        (["--data", str(md_file), "--objective", "fab", "--fab-levels", "-1"], "fab_levels (--fab-levels) must be in"),
+        (["--data", str(md_file), "--objective", "fab", "--fab-reuse", "0"], "fab_reuse (--fab-reuse) must be in"),
+        (["--data", str(md_file), "--objective", "fab", *tiny, "--fab-buffer", "10"], "holds less than one batch"),
+        (["--data", str(md_file), "--objective", "fab", "--fab-moves", "0", "--fab-independence", "0"], "not move"),
+        (["--data", str(md_file), "--objective", "kl", "--energy-lr", "-1"], "energy_lr (--energy-lr)"),
+        (["--data", str(md_file), "--objective", "kl", "--clip-grad", "-3"], "clip_grad (--clip-grad)"),
+        (["--data", "none", "--objective", "ml"], "objective ml (--objective) trains on MD data"),
+        (["--data", "none", "--objective", "mixed", "--steps", "0"], "objective mixed (--objective) trains on MD"),
+        (["--data", "none", "--objective", "kl", "--steps", "0"], "starts from a finished run (--init RUN)"),
+        (["--data", "none", "--objective", "fab", "--init", str(tmp_path / "ml")], "--steps 0"),
+        (["--data", str(md_file), *tiny, "--init", str(other), "--steps", "0"], "another molecule or system"),
+        (
+            ["--data", "none", *tiny, "--objective", "kl", "--steps", "0", "--init", str(tmp_path / "ml"), "--augment"],
+            "augment=True (--augment): no MD data",
+        ),
+    ]
+    for args, message in cases:
+        line = _one_line_error(cli("train", "--out", str(tmp_path / "bad"), *args, "--quiet"))
+        assert message in line, line
+        assert not (tmp_path / "bad").exists()

@@ -21,7 +21,15 @@ def _d(name: str) -> str:
 # text and its default (taken from the settings dataclasses), from one parameter.
 @handles_errors
 def train(
-    data: Optional[Path] = typer.Option(None, "--data", help="MD data file from `bgp4 simulate`." + _d("data")),
+    data: Optional[Path] = typer.Option(
+        None,
+        "--data",
+        help=(
+            "MD data file from `bgp4 simulate`; none: no MD data (--objective kl or fab with --steps 0 and "
+            "--init, whose model carries the molecule and coordinate transform)."
+        )
+        + _d("data"),
+    ),
     model: Optional[str] = typer.Option(
         None,
         "--model",
@@ -36,14 +44,53 @@ def train(
     steps: Optional[int] = typer.Option(None, help="Maximum-likelihood steps." + _d("steps")),
     batch: Optional[int] = typer.Option(None, help="Batch size (frames and flow samples)." + _d("batch")),
     lr: Optional[float] = typer.Option(None, help="Adam learning rate, likelihood phase." + _d("lr")),
+    objective: Optional[str] = typer.Option(
+        None,
+        "--objective",
+        help=(
+            "What the energy phase trains: ml (nothing: likelihood only), mixed (the paper's likelihood + "
+            "w_e reverse KL), kl (reverse KL of the flow's own samples, no data) or fab (AIS towards p^2/q "
+            "with a prioritized replay buffer, no data)."
+        )
+        + _d("objective"),
+    ),
     energy_steps: Optional[int] = typer.Option(
-        None, "--energy-steps", help="Likelihood + energy steps after the first phase." + _d("energy_steps")
+        None,
+        "--energy-steps",
+        help="Energy-phase steps after the likelihood phase (none with --objective ml)." + _d("energy_steps"),
     ),
     energy_lr: Optional[float] = typer.Option(
-        None, "--energy-lr", help="Adam learning rate, energy phase." + _d("energy_lr")
+        None,
+        "--energy-lr",
+        help="Adam learning rate, energy phase; 0: the objective's (mixed 1e-5, kl and fab 1e-4)." + _d("energy_lr"),
     ),
     energy_weight: Optional[float] = typer.Option(
-        None, "--energy-weight", help="Ratio w_e / w_l of energy to likelihood loss." + _d("energy_weight")
+        None, "--energy-weight", help="mixed: ratio w_e / w_l of energy to likelihood loss." + _d("energy_weight")
+    ),
+    fab_levels: Optional[int] = typer.Option(
+        None,
+        "--fab-levels",
+        help="fab: intermediate distributions of each AIS run from q towards p^2/q (0: plain importance sampling)."
+        + _d("fab_levels"),
+    ),
+    fab_moves: Optional[int] = typer.Option(
+        None, "--fab-moves", help="fab: MALA moves per AIS level (energy and forces)." + _d("fab_moves")
+    ),
+    fab_independence: Optional[int] = typer.Option(
+        None,
+        "--fab-independence",
+        help="fab: independence Metropolis moves per AIS level (fresh flow samples), before the MALA moves."
+        + _d("fab_independence"),
+    ),
+    fab_buffer: Optional[int] = typer.Option(
+        None,
+        "--fab-buffer",
+        help="fab: replay buffer capacity in samples; training starts once it is an eighth full." + _d("fab_buffer"),
+    ),
+    fab_reuse: Optional[int] = typer.Option(
+        None,
+        "--fab-reuse",
+        help="fab: gradient steps (each a batch drawn from the buffer) per AIS batch added to it." + _d("fab_reuse"),
     ),
     blocks: Optional[int] = typer.Option(
         None,
@@ -74,7 +121,8 @@ def train(
         None,
         "--clip-grad",
         help=(
-            "Clip the gradient norm to this value; 0: no clipping; -1: auto (none for rnvp/p4inv, 10 for spline kinds)."
+            "Clip the gradient norm to this value; 0: no clipping; -1: auto (10 for spline kinds and for kl and "
+            "fab, else none)."
         )
         + _d("clip_grad"),
     ),
@@ -156,8 +204,8 @@ def train(
         "--init",
         help=(
             "Start from the model of this finished run instead of a fresh initialization (same model "
-            "kind, architecture, data, seed and test fraction), e.g. `--steps 0 --energy-steps 3000` "
-            "to add an energy phase to it."
+            "kind, architecture, data, seed and test fraction; of the same molecule), e.g. `--steps 0 "
+            "--energy-steps 3000 --objective fab` to add an energy phase to it."
         ),
     ),
     config: Optional[Path] = typer.Option(
@@ -166,7 +214,7 @@ def train(
     overwrite: bool = typer.Option(False, "--overwrite", help="Discard an existing run in --out and train again."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """Train a Boltzmann generator: maximum likelihood, then likelihood + energy (reverse KL).
+    """Train a Boltzmann generator: maximum likelihood, then an energy phase (--objective mixed, kl or fab).
 
     Defaults are the paper's. Killed at any moment and rerun with the same command, training
     resumes from its last checkpoint; rerunning a finished run reports it and exits.
@@ -184,6 +232,12 @@ def train(
         energy_steps=energy_steps,
         energy_lr=energy_lr,
         energy_weight=energy_weight,
+        objective=objective,
+        fab_levels=fab_levels,
+        fab_moves=fab_moves,
+        fab_independence=fab_independence,
+        fab_buffer=fab_buffer,
+        fab_reuse=fab_reuse,
         blocks=blocks,
         hidden=hidden,
         bins=bins,
@@ -209,4 +263,5 @@ def train(
     summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)
     state = "trained" if trained else "already complete"
     nll = " -> ".join(format_number(summary.get(k)) for k in ("test_nll_start", "test_nll_end"))
-    typer.echo(f"{out}: {state}; test NLL {nll}")
+    evaluations = summary.get("energy_evaluations", 0)
+    typer.echo(f"{out}: {state}; test NLL {nll}; {evaluations:,} target energy evaluations")

@@ -2,8 +2,9 @@
 unbroken one.
 
 `checkpoint.pt` holds the model, the loop's counters, optimizer, P4Inv scheduler and metrics
-interval, and all three random streams: the private stream of torch's global generators
-(initialization and P4Inv's redraws), the batch stream and the energy phase's sample stream.
+interval, the energy phase's objective (FAB: its replay buffer, step sizes and streams), and the
+random streams: the private stream of torch's global generators (initialization and P4Inv's
+redraws), the batch stream (runs with MD data) and the energy phase's sample stream.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Checkpoint:
         run: RunDirectory,
         bg: BoltzmannGenerator,
         rng: PrivateRNG,
-        data: TrainingData,
+        data: TrainingData | None,
         loop: TrainingLoop,
         device: torch.device,
     ):
@@ -50,7 +51,7 @@ class Checkpoint:
             **self.loop.state_dict(),
             "model": self.bg.state_dict(),
             "rng": self.rng.state_dict(),
-            **self.data.state_dict(),
+            **(self.data.state_dict() if self.data is not None else {}),
         }
         self.run.save_torch(CHECKPOINT, state)
         self._saved = self.run.signature(CHECKPOINT)
@@ -71,6 +72,7 @@ class Checkpoint:
         self.bg.load_state_dict(state["model"])
         self.loop.load_state_dict(state)
         self.rng.load_state_dict(state["rng"] if "rng" in state else {"cpu": state["torch_rng"]})  # or older
-        self.data.load_state_dict(state)
+        if self.data is not None:
+            self.data.load_state_dict(state)
         self.run.truncate_log(self.loop.step)
         return True

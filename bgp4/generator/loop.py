@@ -2,11 +2,13 @@
 one step's loss and update, and the metrics records.
 
 Phase "ml" (steps 0..steps): Adam on the negative log-likelihood of MD frames (nats per frame,
-Cartesian density). Phase "energy": a fresh Adam on w_l * NLL + w_e * reverse KL, where the
-reverse KL term is the mean of u(x) + log q(x) over flow samples (u in kT from the OpenMM bridge,
-regularized). The P4Inv schedule runs after every optimizer step in both phases. The learning
-rate is a function of the step and every other piece of state is in `state_dict`, so that a run
-resumed from a checkpoint equals an unbroken one.
+Cartesian density). Phase "energy" (energy_steps more): a fresh Adam on the run's objective
+(`bgp4.generator.objectives`: mixed, the paper's w_l * NLL + w_e * reverse KL; kl; fab), with u in
+kT from the OpenMM bridge. The P4Inv schedule runs after every optimizer step in both phases. The
+learning rate is a function of the step and every other piece of state (the objective's replay
+buffer included) is in `state_dict`, so that a run resumed from a checkpoint equals an unbroken one.
+A run without MD data (`data` None: kl or fab from a finished run) has no likelihood phase and no
+test NLL.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import numpy as np
 import torch
 
 from bgp4.flows import P4InvScheduler
-from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty
+from bgp4.generator.losses import grad_norm, likelihood_loss, p4inv_penalty
+from bgp4.generator.objectives import make_objective
 
 if TYPE_CHECKING:
     from bgp4._rng import PrivateRNG
@@ -40,17 +43,18 @@ class TrainingLoop:
     """Optimizer, P4Inv scheduler and counters of one run; `advance` takes one step.
 
     Attributes: step (global steps taken), skipped (steps whose loss or gradient was not
-    finite), wall (s of training, compiling included), energy_evaluations (OpenMM energy+force
-    calls), interval (step infos since the last metrics record), batch_nll (the likelihood of
-    training batches: `nll`, or its torch.compile'd twin after `compile`), sample_gen (the
-    energy phase's sample stream, seed + 2).
+    finite), wall (s of training, compiling included), energy_evaluations (target energy
+    evaluations of the objective: flow samples, AIS moves), interval (step infos since the last
+    metrics record), batch_nll (the likelihood of training batches: `nll`, or its torch.compile'd
+    twin after `compile`), sample_gen (the energy phase's sample stream, seed + 2), objective (the
+    energy phase's, None for ml), data (None without MD data).
     """
 
     def __init__(
         self,
         settings: TrainSettings,
         bg: BoltzmannGenerator,
-        data: TrainingData,
+        data: TrainingData | None,
         run: RunDirectory,
         rng: PrivateRNG,
         device: torch.device,
@@ -64,6 +68,9 @@ class TrainingLoop:
         self.interval: list[dict[str, float]] = []
         self.batch_nll = self.nll
         self.scheduler = None
+        self.objective = make_objective(
+            settings, bg, self.sample_gen, lambda y, logdet: self.batch_nll(y, logdet), self.data_nll
+        )
         self.make_optimizer()
 
     # -- state -------------------------------------------------------------------------
@@ -84,6 +91,13 @@ class TrainingLoop:
     def compiled(self) -> bool:
         """Whether training batches go through the torch.compile'd likelihood."""
         return self.batch_nll != self.nll
+
+    @property
+    def md_frames(self) -> int:
+        """MD frames the run's losses draw from: the training frames, when a likelihood term is
+        trained (likelihood steps, or mixed energy steps); 0 otherwise."""
+        uses = self.s.steps > 0 or (self.s.objective == "mixed" and self.s.energy_steps > 0)
+        return self.data.n_train if self.data is not None and uses else 0
 
     @property
     def p4inv_layers(self) -> list:
@@ -114,6 +128,7 @@ class TrainingLoop:
             "scheduler": self.scheduler.state_dict(),
             "sample_rng": self.sample_gen.get_state(),
             "interval": self.interval,
+            **({"objective": self.objective.state_dict()} if self.objective is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -126,6 +141,8 @@ class TrainingLoop:
         self.scheduler.load_state_dict(state["scheduler"])
         if "sample_rng" in state:
             self.sample_gen.set_state(state["sample_rng"].cpu())
+        if self.objective is not None and "objective" in state:
+            self.objective.load_state_dict(state["objective"])
 
     # -- numerics ------------------------------------------------------------------------
     def nll(self, y: torch.Tensor, logdet_cart: torch.Tensor) -> torch.Tensor:
@@ -141,7 +158,7 @@ class TrainingLoop:
         """
         mode = self.s.compile
         too_short = self.device.type != "cpu" or self.total_steps < COMPILE_MIN_STEPS
-        if self.compiled or mode == "off" or (mode == "auto" and too_short):
+        if self.compiled or self.data is None or mode == "off" or (mode == "auto" and too_short):
             return
         if progress:
             print(
@@ -161,8 +178,14 @@ class TrainingLoop:
             self.wall += time.perf_counter() - started  # compile time is part of the run's cost
         self.batch_nll = compiled
 
-    def test_nll(self) -> float:
-        """Mean negative log-likelihood (nats per frame) of the held-out frames."""
+    def data_nll(self) -> torch.Tensor:
+        """Mean NLL (0-dim, nats per frame) of a training batch drawn from the batch stream."""
+        return self.batch_nll(*self.data.batch(self.data.draw(self.s.batch))).mean()
+
+    def test_nll(self) -> float | None:
+        """Mean negative log-likelihood (nats per frame) of the held-out frames (None without data)."""
+        if self.data is None:
+            return None
         with torch.no_grad():
             nll = torch.cat([self.nll(y, ld) for y, ld in self.data.test_batches()])
         return float(nll[torch.isfinite(nll)].mean())
@@ -170,14 +193,12 @@ class TrainingLoop:
     def loss(self, energy) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss of one batch (and its infos for the metrics) in the current phase; `energy`:
         the OpenMM energy (reduced, kT) in the energy phase."""
-        nll = self.batch_nll(*self.data.batch(self.data.draw(self.s.batch))).mean()
         if self.phase == "ml":
+            nll = self.data_nll()
             loss, info = nll, {"train_nll": float(nll.detach())}
         else:
-            x, log_q, ok, _ = self.bg.sample(self.s.batch, generator=self.sample_gen)
-            raw = energy.reduced_energy(x)  # kT; +inf where OpenMM could not evaluate
-            self.energy_evaluations += int(x.shape[0])
-            loss, info = energy_phase_loss(nll, raw, log_q, ok, self.s.energy_weight)
+            loss, info, evaluations = self.objective.loss(energy)
+            self.energy_evaluations += evaluations
         if self.s.penalty_weight > 0 and self.p4inv_layers:
             penalty = p4inv_penalty(self.p4inv_layers)
             info["p4inv_penalty"] = float(penalty.detach())
@@ -255,6 +276,7 @@ class TrainingLoop:
             lr=self.optimizer.param_groups[0]["lr"],
             wall_s=round(self.wall, 2),
             energy_evaluations=self.energy_evaluations,
+            md_frames=self.md_frames,
         )
         record.update(self.p4inv_stats())
         self.run.log(record)

@@ -19,9 +19,22 @@ import torch
 
 from bgp4._io import atomic_write
 from bgp4.errors import InputError
-from bgp4.stage import COMPLETE, METRICS, SETTINGS, Stage, changed, refuse_changes
+from bgp4.simulation.molecule import DEFAULT_MOLECULE
+from bgp4.stage import COMPLETE, DATA, FINGERPRINT, METRICS, SETTINGS, Stage, changed, refuse_changes
 
-__all__ = ["CHECKPOINT", "COMPLETE", "METRICS", "MODEL", "SETTINGS", "SPLIT", "RunDirectory", "check_init"]
+__all__ = [
+    "CHECKPOINT",
+    "COMPLETE",
+    "METRICS",
+    "MODEL",
+    "SETTINGS",
+    "SPLIT",
+    "RunDirectory",
+    "check_init",
+    "check_init_molecule",
+    "init_summary",
+    "run_costs",
+]
 
 CHECKPOINT, MODEL, SPLIT = "checkpoint.pt", "model.pt", "split.npz"
 
@@ -109,19 +122,71 @@ class RunDirectory(Stage):
 # what a run started from another (--init) must share with it: the architecture, and the data and
 # split, so that the test frames stay unseen and the fitted coordinate transform stays valid
 INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "zmatrix", "seed", "test_fraction")
+# without MD data there is no split to keep: the architecture alone
+_INIT_ARCHITECTURE = INIT_MUST_MATCH[:-2]
 # the value of a setting a run of an older version did not record
 _INIT_DEFAULTS = {"zmatrix": "hand"}
+# what a molecule's record (`Molecule.record`, in a model's config) says about its system
+_MOLECULE_KEYS = ("molecule", "forcefield", "solvent", "constraints", "structure")
 
 
-def check_init(init: str | Path, record: dict[str, Any]) -> None:
+def check_init(init: str | Path, record: dict[str, Any], data: bool = True) -> None:
     """Refuse (InputError) to start the run with settings `record` from the run directory `init`
-    unless that run is finished and has the same architecture, data and train/test split."""
+    unless that run is finished and has the same architecture, and (`data`: the run has MD data)
+    the same train/test split."""
     source = RunDirectory(init)
     if not source.complete or not source.file(MODEL).is_file():
         raise InputError(f"init={init} (--init): not a finished bgp4 training run (no {COMPLETE} or {MODEL})")
-    differ = changed(source.settings(), record, keys=INIT_MUST_MATCH, defaults=_INIT_DEFAULTS)
+    previous = source.settings()
+    if not data:  # no data of its own: nothing to compare the other run's data with
+        previous, record = ({k: v for k, v in r.items() if k not in (DATA, FINGERPRINT)} for r in (previous, record))
+    keys = INIT_MUST_MATCH if data else _INIT_ARCHITECTURE
+    differ = changed(previous, record, keys=keys, defaults=_INIT_DEFAULTS)
     if differ:
         raise InputError(
             f"init={init} (--init) was trained with another {', '.join(differ)}; "
             "a run can only start from one with the same architecture, data and split"
         )
+
+
+def init_summary(init: str | Path) -> dict[str, Any]:
+    """The summary (complete.json) of the finished run `init`."""
+    return RunDirectory(init).completion()
+
+
+def run_costs(path: str | Path) -> dict[str, int]:
+    """Target energy evaluations and MD frames a finished run cost, with those of the runs it
+    started from: {"energy_evaluations_total", "md_frames_total"}. A run of an older version
+    recorded neither frames nor totals: its frames are its training frames (split.npz) when it
+    trained a likelihood term, and its own evaluations count alone."""
+    run = RunDirectory(path)
+    summary, settings = run.completion(), run.settings()
+    frames = summary.get("md_frames")
+    if frames is None:
+        likelihood = settings.get("steps", 0) > 0 or settings.get("energy_steps", 0) > 0  # mixed, then
+        frames = len(np.load(run.file(SPLIT))["train"]) if likelihood and run.file(SPLIT).is_file() else 0
+    return {
+        "energy_evaluations_total": int(summary.get("energy_evaluations_total", summary.get("energy_evaluations", 0))),
+        "md_frames_total": int(summary.get("md_frames_total", frames)),
+    }
+
+
+def check_init_molecule(init: str | Path, molecule):
+    """Refuse (InputError) to start a run of `molecule` (its data's) from the run `init` of another
+    molecule or system; returns `molecule` (None without data: the init model's is used)."""
+    try:
+        config = torch.load(RunDirectory(init).file(MODEL), map_location="cpu", weights_only=True)["config"]
+    except (RuntimeError, EOFError, OSError, KeyError, TypeError, pickle.UnpicklingError) as err:
+        raise InputError(f"init={init} (--init): its {MODEL} cannot be read ({type(err).__name__})") from None
+    if molecule is None:
+        return None
+    mine = molecule.record()
+    theirs = {"molecule": DEFAULT_MOLECULE, **config}  # models of older versions name no molecule
+    differ = [k for k in _MOLECULE_KEYS if k in mine and k in theirs and mine[k] != theirs[k]]
+    if differ:
+        what = ", ".join(f"{k} {theirs[k]!r}" for k in differ if k != "structure") or "another structure"
+        raise InputError(
+            f"init={init} (--init) is a run of another molecule or system ({what}; the data has "
+            f"{mine['molecule']!r}): a run can only start from one of the same molecule"
+        )
+    return molecule

@@ -1,11 +1,14 @@
-"""Training a Boltzmann generator as in the paper: maximum likelihood, then likelihood + energy.
+"""Training a Boltzmann generator: maximum likelihood, then an energy phase with the run's
+objective (the paper's mixed loss, reverse KL or FAB: `bgp4.generator.objectives`).
 
 `train` trains (or resumes, or finds complete) the run in a directory. A `Trainer` composes the
 parts of one run, each with one job: `TrainingData` (the split, flow coordinates and batches),
 `TrainingLoop` (optimizer, P4Inv schedule, learning rate, steps and metrics; the phases are
 described there) and `Checkpoint` (every piece of state in one file, so that a resumed run equals
 an unbroken one). The Trainer itself holds the OpenMM energy of the energy phase (worker
-processes) and writes the run's summary.
+processes) and writes the run's summary. A run without MD data (kl or fab with `data` none)
+starts from the model of a finished run (`init`), which carries the molecule and the coordinate
+transform.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from bgp4.generator.checkpoint import Checkpoint
 from bgp4.generator.loop import COMPILE_MIN_STEPS, LOG_EVERY, TrainingLoop
 from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty
 from bgp4.generator.model import build_generator, load_generator, weights_defined
-from bgp4.generator.rundir import MODEL, RunDirectory, check_init
+from bgp4.generator.rundir import MODEL, RunDirectory, check_init, check_init_molecule, init_summary, run_costs
 from bgp4.generator.training_data import TEST_FRAMES, TrainingData
 from bgp4.platform import resolve_device
 from bgp4.settings import TrainSettings, changed_settings, settings_record
@@ -52,9 +55,10 @@ class Trainer:
     """One run: its data, generator, training loop and checkpoint, and the OpenMM energy of its
     energy phase.
 
-    `data` None with a `summary`: a Trainer of a complete run (what `prepare_training` returns
-    for one); nothing is built, `complete` is true and `fit` returns the summary. A Trainer
-    becomes complete when `fit` takes the last step.
+    With a `summary`: a Trainer of a complete run (what `prepare_training` returns for one);
+    nothing is built, `complete` is true and `fit` returns the summary. A Trainer becomes complete
+    when `fit` takes the last step. `data` None without a summary: a run without MD data, whose
+    generator starts as the model of `settings.init` (validated settings ensure there is one).
 
     Attributes: s (the validated settings), run, molecule, device, temperature (K), rng (the
     private stream of torch's global generators), bg (the generator), data (`TrainingData`),
@@ -72,18 +76,35 @@ class Trainer:
     ):
         self.s, self.run, self.summary = settings, run, summary
         self._openmm = None  # OpenMMEnergy of the energy phase, opened when first needed
-        if data is None:
-            if summary is None:
-                raise ValueError("a Trainer needs training data, or the summary of a complete run")
+        if summary is not None:
             return
-        self.molecule = molecule if molecule is not None else data.molecule()
+        if data is None and not settings.init:
+            raise ValueError("a Trainer needs training data, a run to start from, or the summary of a complete run")
         self.device = resolve_device(settings.device)
-        self.data = TrainingData(data.xyz, settings, self.molecule)
-        run.save_split(self.data.train_idx, self.data.test_idx)
-        self.temperature = resolve_temperature(data.settings.get("temperature"), settings.temperature, settings.data)
         # initialization and P4Inv's redraws of v use torch's global generators: give them a
         # private stream, so the caller's generators stay untouched and a resume stays exact
         self.rng = PrivateRNG(settings.seed, self.device)
+        if data is None:
+            self._without_data(molecule)
+        else:
+            self._with_data(data, molecule)
+        self.loop = TrainingLoop(settings, self.bg, self.data, run, self.rng, self.device)
+        self.checkpoint = Checkpoint(run, self.bg, self.rng, self.data, self.loop, self.device)
+
+    def _without_data(self, molecule) -> None:
+        """The generator, molecule and temperature of `init`'s run (the temperature setting wins)."""
+        self.data = None
+        self.bg = load_generator(RunDirectory(self.s.init).file(MODEL), self.device)
+        self.molecule = molecule if molecule is not None else self.bg.molecule()
+        self.temperature = float(self.s.temperature or init_summary(self.s.init)["temperature"])
+
+    def _with_data(self, data: TrajectoryData, molecule) -> None:
+        """Split and map the MD frames; a generator whose transform is fitted to the training frames."""
+        settings = self.s
+        self.molecule = molecule if molecule is not None else data.molecule()
+        self.data = TrainingData(data.xyz, settings, self.molecule)
+        self.run.save_split(self.data.train_idx, self.data.test_idx)
+        self.temperature = resolve_temperature(data.settings.get("temperature"), settings.temperature, settings.data)
         with self.rng:
             self.bg = build_generator(
                 settings.model,
@@ -96,8 +117,6 @@ class Trainer:
                 zmatrix=settings.zmatrix,
             ).to(self.device)
         self.data.map(self.bg)
-        self.loop = TrainingLoop(settings, self.bg, self.data, run, self.rng, self.device)
-        self.checkpoint = Checkpoint(run, self.bg, self.rng, self.data, self.loop, self.device)
 
     @property
     def complete(self) -> bool:
@@ -204,7 +223,8 @@ class Trainer:
             "temperature": self.temperature,
             "device": str(self.device),
             "compiled": loop.compiled,
-            "energy_evaluations": loop.energy_evaluations,
+            "objective": self.s.objective,
+            **self._costs(),
             "n_dims": self.bg.n_dims,
             "molecule": self.molecule.name,
             "parameters": sum(p.numel() for p in self.bg.parameters() if p.requires_grad),
@@ -212,6 +232,19 @@ class Trainer:
             **loop.p4inv_stats(),
         }
         return self.summary
+
+    def _costs(self) -> dict[str, int]:
+        """Target energy evaluations and MD frames of this run, and in total with the runs it
+        started from (`init`, followed back): what the field compares methods at. A run from
+        another with MD data uses the same frames (`check_init`): frames count once."""
+        evaluations, frames = self.loop.energy_evaluations, self.loop.md_frames
+        before = run_costs(self.s.init) if self.s.init else {}
+        return {
+            "energy_evaluations": evaluations,
+            "md_frames": frames,
+            "energy_evaluations_total": evaluations + before.get("energy_evaluations_total", 0),
+            "md_frames_total": max(frames, before.get("md_frames_total", 0)),
+        }
 
 
 def train(
@@ -248,6 +281,20 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
         )
         return Trainer(s, run, None, summary=run.completion())
     resolve_device(s.device)
+    data, molecule = _checked_data(s) if s.has_data else (None, None)
+    if s.init:
+        check_init(s.init, record, data=s.has_data)
+        molecule = check_init_molecule(s.init, molecule)
+    if s.augment and (data is None or not rotor_hydrogens(molecule)):
+        why = "no MD data to relabel" if data is None else f"{molecule.name} has no interchangeable hydrogen triples"
+        raise InputError(f"augment=True (--augment): {why}")
+    run.prepare(record, overwrite, changed=changed_settings)
+    return Trainer(s, run, data, molecule)
+
+
+def _checked_data(s: TrainSettings) -> tuple[TrajectoryData, Any]:
+    """The MD data of validated settings and its molecule; InputError (before any work) for a
+    file of another molecule, a temperature that contradicts it, or too few frames."""
     data = load_trajectory(s.data)
     molecule = data.molecule()  # refuses frames of another molecule before any work
     resolve_temperature(data.settings.get("temperature"), s.temperature, s.data)  # refuse before any work
@@ -259,14 +306,7 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
     n_train = data.n_frames - n_test
     if n_train < s.batch:
         raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
-    if s.init:
-        check_init(s.init, record)
-    if s.augment and not rotor_hydrogens(molecule):
-        raise InputError(
-            f"augment=True (--augment): {molecule.name} has no interchangeable hydrogen triples to relabel"
-        )
-    run.prepare(record, overwrite, changed=changed_settings)
-    return Trainer(s, run, data, molecule)
+    return data, molecule
 
 
 def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
