@@ -221,6 +221,12 @@ def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp
     mdtraj.Trajectory(np.zeros((5, 3, 3), dtype=np.float32), top).save_hdf5(str(water))
     result = cli("analyze", str(run), "--data", str(water), "--out", str(tmp_path / "r"))
     assert result.returncode == 2 and "atoms" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # Same atoms, another system: the MD without constraints is another target for the weights.
+    free = tmp_path / "free.h5"
+    simulate(free, MDSettings(frames=20, equilibration_ps=0.1, replicas=1, constraints="none"), progress=False)
+    result = cli("analyze", str(run), "--data", str(free), "--out", str(tmp_path / "r"))
+    assert result.returncode == 2 and "constraints none vs hbonds" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
 
 
 def test_sample_refuses_unfinished_run(tmp_path, cli):

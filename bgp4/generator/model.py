@@ -36,6 +36,7 @@ __all__ = [
     "build_flow",
     "build_generator",
     "load_generator",
+    "model_molecule",
     "n_parameters",
     "weights_defined",
     "with_zmatrix",
@@ -354,6 +355,16 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise InputError(f"{path} is not a bgp4 model file of this version ({reason})") from None
     return model.to(map_location) if map_location is not None else model
+
+
+def model_molecule(path: str | Path) -> Molecule:
+    """The molecule (and its system) a model file was trained on, read from its record alone."""
+    try:
+        config = torch.load(Path(path), map_location="cpu", weights_only=True)["config"]
+    except (KeyError, TypeError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(f"{path} is not a bgp4 model file of this version ({reason})") from None
+    return molecule_of(config, source=path)
 
 
 def weights_defined(bg, molecule) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from bgp4.analysis.metrics import TorsionPair, model_metrics, state_summary, sum
 from bgp4.analysis.residues import ResidueTorsions, dihedral_angles, residue_dihedrals, residue_torsions
 from bgp4.analysis.weights import lineage_ess
 from bgp4.errors import InputError
-from bgp4.generator.rundir import SPLIT, RunDirectory
+from bgp4.generator.model import model_molecule
+from bgp4.generator.rundir import MODEL, SPLIT, RunDirectory
 from bgp4.generator.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
 from bgp4.report.costs import cost_metrics, forward_metrics
 from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pipeline format numbers as the report does
@@ -30,6 +31,7 @@ from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pi
 )
 from bgp4.simulation.data import load_trajectory, resolve_temperature
 from bgp4.simulation.energy import OpenMMEnergy
+from bgp4.simulation.molecule import Molecule, check_same_molecule
 
 __all__ = [
     "NOISE_FRAMES",
@@ -63,10 +65,14 @@ def _run_label(path: Path, taken: set[str]) -> str:
     return label if label not in taken else str(path)
 
 
-def _load_samples(run: Path, n_atoms: int) -> list[tuple[str, dict[str, Any], Any]]:
-    """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)]."""
+def _load_samples(run: Path, data_molecule: Molecule) -> list[tuple[str, dict[str, Any], Any]]:
+    """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)];
+    InputError when the run's model is of another molecule or system than `data_molecule`."""
+    n_atoms = data_molecule.n_atoms
     rundir = RunDirectory(run)
     settings = rundir.settings()
+    if rundir.file(MODEL).is_file():  # weights against another target would mean nothing
+        check_same_molecule(data_molecule, model_molecule(rundir.file(MODEL)), f"the data file and run {run}")
     path = default_samples_path(run)
     if not path.exists():
         raise InputError(f"run {run} has no samples ({path}); run `bgp4 sample {run}` first")
@@ -103,9 +109,7 @@ def analyze(
     molecule = data.molecule()
     temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
     loaded = [
-        (Path(r), suffix, info, samples)
-        for r in runs
-        for suffix, info, samples in _load_samples(Path(r), molecule.n_atoms)
+        (Path(r), suffix, info, samples) for r in runs for suffix, info, samples in _load_samples(Path(r), molecule)
     ]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
