@@ -189,11 +189,40 @@ def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_pa
     assert choose([runs["rnvp-s0"], runs["rnvp-s1"]], left, last="rnvp-s1").name == "rnvp-s1"
 
 
+def test_objectives_are_an_axis_of_the_sweep(data_file, tmp_path):
+    from bgp4.sweep.dispatch import ENERGY_STEP_COST, energy_step_cost, expected_cost
+
+    base = TrainSettings(steps=100, energy_steps=50)
+    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "spline"], 2, base, 100, objectives=["mixed", "fab"])
+    assert plan.models == ("rnvp-mixed", "rnvp-fab", "spline-mixed", "spline-fab")
+    assert [r.name for r in plan.runs[:4]] == ["rnvp-mixed-s0", "rnvp-mixed-s1", "rnvp-fab-s0", "rnvp-fab-s1"]
+    assert {(r.model, r.train["objective"], r.variant) for r in plan.runs if r.seed == 0} == {
+        (m, o, f"{m}-{o}") for m in ("rnvp", "spline") for o in ("mixed", "fab")
+    }
+    record = plan.record()
+    assert record["objectives"] == ["mixed", "fab"] and "objective" not in record["train"]
+    assert record["runs"]["spline-fab-s1"] == {"model": "spline-fab", "kind": "spline", "objective": "fab", "seed": 1}
+    # a fab step: one buffer step and a quarter of an AIS batch of 1 + 8 x (1 + 3) evaluations per sample
+    fab = next(r for r in plan.runs if r.name == "rnvp-fab-s0")
+    mixed = next(r for r in plan.runs if r.name == "rnvp-mixed-s0")
+    assert energy_step_cost(mixed.train) == ENERGY_STEP_COST and energy_step_cost(fab.train) == 1 + 9
+    assert expected_cost(fab) == (100 + 10 * 50) * 256 > expected_cost(mixed)
+    # one objective: the runs keep their names and take it
+    single = plan_sweep(tmp_path / "t", data_file, ["rnvp"], 1, base, 100, objectives=["kl"])
+    assert [(r.name, r.train["objective"]) for r in single.runs] == [("rnvp-s0", "kl")] and single.models == ("rnvp",)
+    for bad, message in ((["mixed", "fab2"], "unknown objective"), (["kl", "kl"], "twice")):
+        with pytest.raises(InputError, match=message):
+            plan_sweep(tmp_path / "u", data_file, ["rnvp"], 1, base, 100, objectives=bad)
+    assert not (tmp_path / "u").exists()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--models", "rnvp,nonsense"], "unknown model"),
         (["--seeds", "0"], "--seeds"),
+        (["--objectives", "ml,nonsense"], "unknown objective(s) nonsense (--objectives)"),
+        (["--objectives", "kl,fab", "--fab-buffer", "0"], "fab_buffer (--fab-buffer) must be in"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(data_file, tmp_path, args, message):
@@ -259,6 +288,26 @@ def test_tiny_sweep_writes_runs_and_a_report_over_seeds(tiny_sweep):
     assert nll["paired"]["p4inv"]["n"] == 2
     for name in ("seeds.png", "energies.png", "report.md"):
         assert (out / "report" / name).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_sweep_over_objectives_reports_each_variant(data_file, tmp_path):
+    fab = ["--fab-levels", "2", "--fab-buffer", "128", "--fab-reuse", "2"]
+    result = _cli(
+        "sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp", "--objectives", "ml,kl,fab",
+        "--seeds", "2", *TINY, *fab, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "s"
+    variants = ("rnvp-ml", "rnvp-kl", "rnvp-fab")
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(f"{v}-s{s}" for v in variants for s in (0, 1))
+    for variant in variants:
+        summary = json.loads((out / "runs" / f"{variant}-s0" / "complete.json").read_text())
+        assert summary["objective"] == variant.split("-")[1] and summary["md_frames"] > 0
+        assert (summary["energy_evaluations"] > 0) == (variant != "rnvp-ml")  # ml spends none
+    metrics = json.loads((out / "report" / "metrics.json").read_text())
+    assert set(metrics["metrics"]["reverse_ess"]["models"]) == set(variants)
+    assert metrics["metrics"]["reverse_ess"]["paired"]["rnvp-fab"]["n"] == 2  # against the first variant, ml
 
 
 @pytest.mark.slow

@@ -69,6 +69,15 @@ def sweep(
     seeds: int = typer.Option(
         3, "--seeds", help="Seeds per model (0 .. N-1); seed k gives every model the same train/test split."
     ),
+    objectives: Optional[str] = typer.Option(
+        None,
+        "--objectives",
+        help=(
+            "Comma-separated objectives to compare (ml, mixed, kl, fab): every model trains with each, in "
+            "runs/<model>-<objective>-s<seed>, and the report compares <model>-<objective>. [default: "
+            "--objective's, one per model]"
+        ),
+    ),
     out: Path = typer.Option(..., "--out", help="Sweep directory: runs/<model>-s<seed>/, report/."),
     preset: Optional[str] = typer.Option(
         None,
@@ -97,7 +106,8 @@ def sweep(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     **settings,
 ) -> None:
-    """Train, sample and analyze every (model, seed) on Dask distributed; report over seeds.
+    """Train, sample and analyze every (model, seed) on Dask distributed, or every (model, objective,
+    seed) with --objectives; report over seeds.
 
     Each run is a resumable directory whose training is handed to the workers in parts, the run
     with the most left first, so that the workers finish together. A task whose worker dies is
@@ -130,5 +140,6 @@ def sweep(
         gpus_per_run=gpus_per_run,
         md=chosen["md"],
         by_model=by_model,
+        objectives=[o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,
     )
     run_sweep(plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo)

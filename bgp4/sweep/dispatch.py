@@ -32,6 +32,7 @@ __all__ = [
     "PARTS_PER_RUN",
     "MIN_PART_STEPS",
     "ENERGY_STEP_COST",
+    "energy_step_cost",
     "STEP_COST",
     "RETRIES",
     "Dispatch",
@@ -46,9 +47,12 @@ __all__ = [
 PARTS_PER_RUN = 12
 #: Fewest (likelihood) steps in a part: each part saves a checkpoint (0.1 s at the paper's sizes).
 MIN_PART_STEPS = 100
-#: Cost of an energy-phase step against a likelihood step (sampling and OpenMM forces; 3.3-3.5x
-#: measured in a quick-preset sweep).
+#: Cost of a mixed (or kl) energy-phase step against a likelihood step (sampling and OpenMM forces;
+#: 3.3-3.5x measured in a quick-preset sweep).
 ENERGY_STEP_COST = 3
+#: Cost of one MALA move of an AIS sample against a likelihood step per frame (energy, forces and
+#: a backward pass through the flow, as an energy-phase step); an independence move costs a third.
+MALA_MOVE_COST = ENERGY_STEP_COST
 #: Rough cost of one training step per frame of the batch, relative to rnvp (the kinds' step_cost
 #: in bgp4.kinds, from CPU step times of the studies in run/results/); only the order of the tasks depends on it.
 STEP_COST = {name: kind.step_cost for name, kind in KINDS.items()}
@@ -60,7 +64,7 @@ SLOTS_EVERY_S = 5.0
 
 
 def expected_cost(spec: RunSpec) -> int:
-    """A run's expected cost in rnvp-step-frames (energy steps count 3x: sampling and OpenMM)."""
+    """A run's expected cost in rnvp-step-frames (an energy step counts `energy_step_cost`)."""
     return remaining_cost(spec, 0)
 
 
@@ -76,14 +80,24 @@ def _cost(spec: RunSpec, weighted_steps: int) -> int:
     return int(weighted_steps * spec.train["batch"] * get_kind(spec.model).step_cost)
 
 
+def energy_step_cost(train: dict[str, Any]) -> int:
+    """The cost of one energy-phase step of a run with `train` settings, in likelihood steps:
+    ENERGY_STEP_COST (mixed, kl), or for fab one buffer step plus its share of an AIS batch
+    (1 + levels x (independence + MALA_MOVE_COST x moves) per sample, every `fab_reuse` steps)."""
+    if train.get("objective", "mixed") != "fab":
+        return ENERGY_STEP_COST
+    moves = train["fab_independence"] + MALA_MOVE_COST * train["fab_moves"]
+    return 1 + -(-(1 + train["fab_levels"] * moves) // train["fab_reuse"])
+
+
 def _weighted_steps(spec: RunSpec, step: int) -> int:
-    """Steps 0..step with each energy step counted ENERGY_STEP_COST times."""
+    """Steps 0..step with each energy step counted `energy_step_cost` times."""
     ml = spec.train["steps"]
-    return min(step, ml) + ENERGY_STEP_COST * max(0, step - ml)
+    return min(step, ml) + energy_step_cost(spec.train) * max(0, step - ml)
 
 
 def part_size(spec: RunSpec) -> int:
-    """One part of a run's training, in likelihood steps (an energy step counts ENERGY_STEP_COST)."""
+    """One part of a run's training, in likelihood steps (an energy step counts `energy_step_cost`)."""
     return max(
         MIN_PART_STEPS, -(-_weighted_steps(spec, spec.train["steps"] + spec.train["energy_steps"]) // PARTS_PER_RUN)
     )
@@ -91,10 +105,10 @@ def part_size(spec: RunSpec) -> int:
 
 def next_stop(spec: RunSpec, step: int) -> int:
     """The global step the part that starts at `step` trains to: parts of equal expected cost, so
-    that an energy-phase part has 1/ENERGY_STEP_COST the steps of a likelihood-phase one."""
+    that an energy-phase part has 1/`energy_step_cost` the steps of a likelihood-phase one."""
     total, ml, part = spec.train["steps"] + spec.train["energy_steps"], spec.train["steps"], part_size(spec)
     target = (_weighted_steps(spec, step) // part + 1) * part  # in weighted steps
-    stop = target if target <= ml else ml + -(-(target - ml) // ENERGY_STEP_COST)
+    stop = target if target <= ml else ml + -(-(target - ml) // energy_step_cost(spec.train))
     return min(total, stop)
 
 

@@ -1,9 +1,13 @@
 """Sweeps: every (model, seed) pair as one resumable run, executed as a task on Dask distributed.
 
+With several objectives (`objectives`, an axis of the sweep) every (model, objective, seed) is a
+run, and the report compares the variants "<model>-<objective>".
+
 Layout of a sweep directory DIR:
-`sweep.json` (models, seeds, data file, settings), `runs/<model>-s<seed>/` (a `bgp4 train` run
-directory with `samples.h5`, its own `report/` from `bgp4 analyze`, `log.txt` and `sweep-done.json`),
-and `report/` (the aggregate over seeds, see `bgp4.report.aggregate`).
+`sweep.json` (variants, seeds, data file, settings), `runs/<model>-s<seed>/` or
+`runs/<model>-<objective>-s<seed>/` (a `bgp4 train` run directory with `samples.h5`, its own
+`report/` from `bgp4 analyze`, `log.txt` and `sweep-done.json`), and `report/` (the aggregate over
+seeds, see `bgp4.report.aggregate`).
 
 A run's training is handed to the workers in parts, and a last task samples and analyzes it
 (`bgp4.sweep.dispatch`). Every task resumes from what is on disk, so a task that is run again (a
@@ -29,7 +33,7 @@ from typing import Any
 from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.report.aggregate import write_sweep_report
-from bgp4.settings import MODELS, SampleSettings, TrainSettings, changed_settings
+from bgp4.settings import MODELS, OBJECTIVES, SampleSettings, TrainSettings, changed_settings
 from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import local_cluster_size, open_client
@@ -50,13 +54,15 @@ class SweepPlan:
 
     out: Path
     data: Path
-    models: tuple[str, ...]
+    models: tuple[str, ...]  # the variants the report compares: models, or "<model>-<objective>"
     seeds: tuple[int, ...]
     runs: tuple[RunSpec, ...]
     md: dict[str, Any] | None  # MD settings when the data file must be simulated first
+    objectives: tuple[str, ...] = ()  # the objective axis: empty when every run has the base's
 
     def record(self) -> dict[str, Any]:
-        common = {k: v for k, v in self.runs[0].train.items() if k not in ("model", "seed")}
+        varied = ("model", "seed", "objective") if self.objectives else ("model", "seed")
+        common = {k: v for k, v in self.runs[0].train.items() if k not in varied}
         return {
             "data": str(self.data),
             "models": list(self.models),
@@ -64,7 +70,11 @@ class SweepPlan:
             "train": common,
             "sample": {k: v for k, v in self.runs[0].sample.items() if k != "seed"},
             "md": self.md,
-            "runs": {r.name: {"model": r.model, "seed": r.seed} for r in self.runs},
+            "objectives": list(self.objectives),
+            "runs": {
+                r.name: {"model": r.variant, "kind": r.model, "objective": r.train["objective"], "seed": r.seed}
+                for r in self.runs
+            },
         }
 
 
@@ -80,14 +90,17 @@ def plan_sweep(
     gpus_per_run: float = 0.0,
     md: dict[str, Any] | None = None,
     by_model: dict[str, TrainSettings] | None = None,
+    objectives: list[str] | None = None,
 ) -> SweepPlan:
     """Check every input and build the runs; raises InputError (and touches nothing) on bad input.
 
     `base` holds the train settings shared by all runs (its model and seed are replaced per run);
     `by_model` replaces `base` for the models it names (a preset's per-kind sizes); `md` are the
-    MD settings used when `data` does not exist yet.
+    MD settings used when `data` does not exist yet. `objectives`: with two or more, every model
+    trains with each (runs "<model>-<objective>-s<seed>"); one replaces the settings' objective.
     """
     _check_sweep(models, n_seeds, threads_per_run, gpus_per_run, [base, *(by_model or {}).values()])
+    axis = _objective_axis(objectives)
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise InputError(f"sweep directory {out} is a file")
@@ -101,17 +114,38 @@ def plan_sweep(
             "GPU workers"
         )
     seeds = tuple(range(n_seeds))
-    runs = []
+    runs, variants = [], []
     for model in models:
         own = (by_model or {}).get(model, base)
         if own.device == "auto":
             own = dataclasses.replace(own, device=base.device)
-        for seed in seeds:
-            settings = dataclasses.replace(
-                own, data=str(data), model=model, seed=seed, workers=own.workers or threads_per_run
-            )
-            runs.append(_run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run))
-    return SweepPlan(out, data, tuple(models), seeds, tuple(runs), md_settings)
+        for objective in axis or (objectives or [own.objective]):
+            label = f"{model}-{objective}" if axis else ""
+            variants.append(label or model)
+            for seed in seeds:
+                settings = dataclasses.replace(
+                    own,
+                    data=str(data),
+                    model=model,
+                    seed=seed,
+                    workers=own.workers or threads_per_run,
+                    objective=objective,
+                )
+                runs.append(_run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label))
+    return SweepPlan(out, data, tuple(variants), seeds, tuple(runs), md_settings, axis)
+
+
+def _objective_axis(objectives: list[str] | None) -> tuple[str, ...]:
+    """The objectives a sweep compares (two or more), or () when it compares none; InputError for
+    an unknown or repeated one."""
+    objectives = list(objectives or [])
+    unknown = [o for o in objectives if o not in OBJECTIVES]
+    if unknown:
+        known = ", ".join(OBJECTIVES)
+        raise InputError(f"unknown objective(s) {', '.join(unknown)} (--objectives); choose from {known}")
+    if len(set(objectives)) != len(objectives):
+        raise InputError(f"objectives (--objectives) lists an objective twice: {','.join(objectives)}")
+    return tuple(objectives) if len(objectives) > 1 else ()
 
 
 def _check_sweep(
@@ -149,19 +183,20 @@ def _md_settings(data: Path, md: dict[str, Any] | None) -> dict[str, Any] | None
 
 
 def _run_spec(
-    out: Path, settings: TrainSettings, samples: int, sample_batch: int, threads: int, gpus: float
+    out: Path, settings: TrainSettings, samples: int, sample_batch: int, threads: int, gpus: float, label: str = ""
 ) -> RunSpec:
-    """The run of one (model, seed) in the sweep directory `out`."""
+    """The run of one (model, seed), or of one (model, objective, seed) with its `label`, in the
+    sweep directory `out`."""
     train = json.loads(json.dumps(asdict(settings.validated())))
     sample = asdict(
         SampleSettings(
             n=samples, batch=sample_batch, device=settings.device, seed=settings.seed, workers=settings.workers
         ).validated()
     )
-    name = run_name(settings.model, settings.seed)
+    name = run_name(label or settings.model, settings.seed)
     path = out / "runs" / name
     train = _keep_execution_settings(path, train)
-    return RunSpec(name, settings.model, settings.seed, str(path), train, sample, threads, gpus)
+    return RunSpec(name, settings.model, settings.seed, str(path), train, sample, threads, gpus, label)
 
 
 def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any]:

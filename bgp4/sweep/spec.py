@@ -33,7 +33,9 @@ PARTS = ("train", "sample")
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One (model, seed) run: where it lives and everything its task needs (plain, picklable)."""
+    """One (model, seed) run, or (model, objective, seed) in a sweep over objectives: where it lives
+    and everything its task needs (plain, picklable). `label` names its variant in the report:
+    the model, or "<model>-<objective>" when the sweep compares objectives ("" : the model)."""
 
     name: str
     model: str
@@ -43,6 +45,12 @@ class RunSpec:
     sample: dict[str, Any]
     threads: int
     gpus: float
+    label: str = ""
+
+    @property
+    def variant(self) -> str:
+        """What the aggregate report compares: the label, else the model."""
+        return self.label or self.model
 
     @property
     def done(self) -> bool:
@@ -61,5 +69,6 @@ class RunSpec:
         return Stage(self.path, complete=DONE_FILE)
 
 
-def run_name(model: str, seed: int) -> str:
-    return f"{model}-s{seed}"
+def run_name(variant: str, seed: int) -> str:
+    """The run directory's name: "<model>-s<seed>", or "<model>-<objective>-s<seed>"."""
+    return f"{variant}-s{seed}"
