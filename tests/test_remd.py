@@ -188,3 +188,19 @@ def test_resume_after_sigkill_gives_exact_frames(tmp_path):
     data = load_trajectory(out)
     assert data.n_frames == 1500 and not work.exists()
     assert np.allclose(mdtraj.load(str(out)).time, np.arange(1, 1501) * 0.01)
+
+
+@pytest.mark.slow
+def test_remd_check_script_compares_with_plain_md(tiny_run, tmp_path):
+    md = replace(TINY, replica_exchange="", frames=200, replicas=1, save_every=10, equilibration_ps=0.1)
+    simulate(tmp_path / "md.h5", md, progress=False)
+    script = Path(__file__).resolve().parents[1] / "run" / "scripts" / "remd_check.py"
+    args = [sys.executable, str(script), str(tiny_run), str(tmp_path / "md.h5"), "--blocks", "4"]
+    done = subprocess.run([*args, "--json", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "replica exchange" in done.stdout and "plain MD" in done.stdout and "ns of MD" in done.stdout
+    result = json.loads((tmp_path / "c.json").read_text())
+    assert result["remd"]["frames"] == 20 and result["md"]["frames"] == 200
+    assert result["remd"]["kept_ns"] == pytest.approx(20 * 20 * 1e-6)
+    assert result["remd"]["total_ns"] == pytest.approx(3 * (20 + 10) * 20 * 1e-6)  # 0.2 ps: 10 iterations each
+    assert np.isfinite(result["energy"]["difference"]) and result["energy"]["se"] > 0
