@@ -103,3 +103,14 @@ def test_zmatrix_comes_from_the_file_and_is_validated(tmp_path):
     path.write_text('zmatrix = "bonds"\n')
     with pytest.raises(InputError, match=r"zmatrix \(--zmatrix\) must be one of hand, auto"):
         merge_settings(TrainSettings, read_config_file(path), {}).validated()
+
+
+def test_objective_settings_come_from_a_file_too(tmp_path):
+    path = tmp_path / "fab.toml"
+    path.write_text('objective = "fab"\nfab-levels = 4\nfab_buffer = 2e4\nfab-reuse = 8\nsteps = 0\n')
+    s = merge_settings(TrainSettings, read_config_file(path), {"fab_moves": 2}).validated()
+    assert (s.objective, s.fab_levels, s.fab_moves, s.fab_buffer, s.fab_reuse) == ("fab", 4, 2, 20_000, 8)
+    assert isinstance(s.fab_buffer, int) and s.energy_lr == 1e-4
+    path.write_text("fab-levels = 2.5\n")
+    with pytest.raises(InputError, match="fab_levels"):
+        merge_settings(TrainSettings, read_config_file(path), {})

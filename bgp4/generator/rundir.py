@@ -19,7 +19,7 @@ import torch
 
 from bgp4._io import atomic_write
 from bgp4.errors import InputError
-from bgp4.simulation.molecule import DEFAULT_MOLECULE
+from bgp4.simulation.molecule import DEFAULT_MOLECULE, molecule_of
 from bgp4.stage import COMPLETE, DATA, FINGERPRINT, METRICS, SETTINGS, Stage, changed, refuse_changes
 
 __all__ = [
@@ -173,13 +173,13 @@ def run_costs(path: str | Path) -> dict[str, int]:
 
 def check_init_molecule(init: str | Path, molecule):
     """Refuse (InputError) to start a run of `molecule` (its data's) from the run `init` of another
-    molecule or system; returns `molecule` (None without data: the init model's is used)."""
+    molecule or system; returns `molecule`, or without one (None: no data) the init model's."""
     try:
         config = torch.load(RunDirectory(init).file(MODEL), map_location="cpu", weights_only=True)["config"]
     except (RuntimeError, EOFError, OSError, KeyError, TypeError, pickle.UnpicklingError) as err:
         raise InputError(f"init={init} (--init): its {MODEL} cannot be read ({type(err).__name__})") from None
     if molecule is None:
-        return None
+        return molecule_of(config, source=RunDirectory(init).file(MODEL))
     mine = molecule.record()
     theirs = {"molecule": DEFAULT_MOLECULE, **config}  # models of older versions name no molecule
     differ = [k for k in _MOLECULE_KEYS if k in mine and k in theirs and mine[k] != theirs[k]]

@@ -184,7 +184,7 @@ class Trainer:
         while loop.step < end:
             record = loop.advance(energy)
             if record is not None:
-                shown = ("train_nll", "test_nll", "energy_kT")
+                shown = ("train_nll", "test_nll", "energy_kT", "batch_ess", "flow_ess")
                 bar.set_postfix({k: f"{record[k]:.3g}" for k in shown if record.get(k) is not None})
             if loop.step == self.s.steps and self.s.energy_steps:
                 bar.set_description("energy")
@@ -282,12 +282,18 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
         return Trainer(s, run, None, summary=run.completion())
     resolve_device(s.device)
     data, molecule = _checked_data(s) if s.has_data else (None, None)
+    system = molecule  # the molecule whose energy the run trains with
     if s.init:
         check_init(s.init, record, data=s.has_data)
-        molecule = check_init_molecule(s.init, molecule)
+        system = check_init_molecule(s.init, molecule)
     if s.augment and (data is None or not rotor_hydrogens(molecule)):
         why = "no MD data to relabel" if data is None else f"{molecule.name} has no interchangeable hydrogen triples"
         raise InputError(f"augment=True (--augment): {why}")
+    if s.objective in ("kl", "fab") and not s.fix_constrained and system.system.getNumConstraints():
+        raise InputError(
+            f"objective {s.objective} (--objective) with fix_constrained=False (--no-fix-constrained): the flow "
+            "models the constrained bonds, along which p/q is unbounded; train with --fix-constrained"
+        )
     run.prepare(record, overwrite, changed=changed_settings)
     return Trainer(s, run, data, molecule)
 
