@@ -21,8 +21,6 @@ from bgp4.simulation.data import load_trajectory, read_settings
 from bgp4.simulation.md import MDSettings, completed, simulate
 from bgp4.simulation.remd import check_replica_exchange, exchange_acceptance, temperature_ladder
 
-pytest.importorskip("openmmtools.multistate")  # a run needs it
-
 TINY = MDSettings(
     frames=20,
     temperature=300.0,
