@@ -1,7 +1,9 @@
 """The whole experiment in one call: simulate, train the preset's generators, sample, refine, analyze.
 
 Every stage that is already complete in the output directory is skipped, so a pipeline that was
-stopped can be started again with the same command. Layout of `out`: `data/ala2-600K.h5`,
+stopped can be started again with the same command. `md` settings beyond the preset's choose
+another molecule or system (`molecule`, `pdb`, `constraints`, ...). Layout of `out`:
+`data/ala2-600K.h5` (another molecule: `data/<molecule>-600K.h5`),
 `runs/<model>/` (each with `samples.h5`, and `samples-refined.h5` where the preset refines the
 model's samples by AIS), `report/`.
 """
@@ -18,7 +20,7 @@ from bgp4.kinds import KINDS
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.simulation.md import MDSettings, completed, simulate
 
-__all__ = ["PRESETS", "preset_train_settings", "run_pipeline"]
+__all__ = ["PRESETS", "preset_train_settings", "data_path", "run_pipeline"]
 
 #: The kinds with spline couplings: the paper preset gives them their own training settings.
 _SPLINE_KINDS = tuple(name for name, kind in KINDS.items() if kind.circular)
@@ -69,6 +71,14 @@ def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
     return {**p["train"], **p.get("by_model", {}).get(model, {})}
 
 
+def data_path(out: Path, md: MDSettings) -> Path:
+    """Where the pipeline keeps its MD data: `data/ala2-600K.h5` for the default molecule and
+    system (as always), else named after the molecule, constraints and temperature."""
+    name = Path(md.pdb).stem if md.pdb else (md.molecule or "ala2").replace(":", "-")
+    free = "-free" if md.constraints.lower() == "none" else ""
+    return out / "data" / f"{name}{free}-{md.temperature:g}K.h5"
+
+
 def _refine(run: Path, sample: Any, refine: Any, progress: bool, say: Callable[[str], None]) -> None:
     """AIS refinement of a run's samples, as `bgp4 sample RUN --refine K` does."""
     # lazy: the CLI imports this module at its start (PRESETS), which stays free of torch
@@ -89,8 +99,10 @@ def run_pipeline(
     device: str = "auto",
     progress: bool = True,
     say: Callable[[str], None] = print,
+    md: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run (or finish) every stage of `preset` into `out`; returns the analysis metrics."""
+    """Run (or finish) every stage of `preset` into `out`; returns the analysis metrics. `md`:
+    MDSettings that replace the preset's (e.g. {"molecule": "alanine-tetrapeptide"})."""
     # lazy: as in _refine
     from bgp4.generator.sample import sample_run
     from bgp4.generator.train import train
@@ -100,13 +112,14 @@ def run_pipeline(
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     p = PRESETS[preset]
     out = Path(out)
-    data = out / "data" / "ala2-600K.h5"
-    md = dataclasses.replace(MDSettings(**p["md"]), seed=seed)
-    if completed(data, md):
+    md_settings = dataclasses.replace(MDSettings(**p["md"]), seed=seed, **(md or {}))
+    md_settings.resolved()  # a bad molecule or system is refused before anything is written
+    data = data_path(out, md_settings)
+    if completed(data, md_settings):
         say(f"simulate: {data} is complete, skipped")
     else:
-        say(f"simulate: {md.frames} frames -> {data}")
-        simulate(data, md, progress=progress)
+        say(f"simulate: {md_settings.frames} frames -> {data}")
+        simulate(data, md_settings, progress=progress)
 
     runs = []
     for model in p["models"]:

@@ -170,3 +170,18 @@ def test_a_pdb_molecule_without_constraints_end_to_end(cli, tmp_path):
     result = cli("analyze", run, "--data", data, "--out", report, "--workers", 1)
     assert result.returncode == 0, result.stderr
     assert json.loads((report / "metrics.json").read_text())["models"]
+
+
+def test_the_pipeline_names_its_data_after_the_molecule(cli, tmp_path):
+    from pathlib import Path
+
+    from bgp4.pipeline import data_path
+
+    assert data_path(Path("o"), MDSettings()) == Path("o/data/ala2-600K.h5")  # as always
+    assert data_path(Path("o"), MDSettings(molecule="alanine-tetrapeptide")).name == "alanine-tetrapeptide-600K.h5"
+    free = MDSettings(pdb="x/mine.pdb", constraints="none", temperature=300.0)
+    assert data_path(Path("o"), free).name == "mine-free-300K.h5"
+    for args in (("--sequence", "AAA", "--molecule", "alanine-dipeptide"), ("--solvent", "water")):
+        result = cli("pipeline", "--out", tmp_path / "p", *args, "--quiet")
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert not (tmp_path / "p").exists()

@@ -11,7 +11,29 @@ from bgp4.errors import InputError
 from bgp4.simulation.md import MDSettings, completed
 from bgp4.simulation.md import simulate as run_md
 
-__all__ = ["simulate"]
+__all__ = ["simulate", "molecule_choice", "MOLECULE_HELP", "SEQUENCE_HELP", "PDB_HELP"]
+
+MOLECULE_HELP = (
+    "Registered molecule to simulate: alanine-dipeptide, alanine-tetrapeptide, alanine-hexapeptide "
+    "or sequence:SEQ (bgp4.simulation.molecule); empty: the default, alanine dipeptide."
+)
+SEQUENCE_HELP = (
+    "Simulate the capped peptide Ace-SEQ-Nme built from one-letter amino-acid codes (AAA: "
+    "Ace-Ala3-Nme); the data file records it as the molecule sequence:SEQ. Not with --molecule."
+)
+PDB_HELP = (
+    "Simulate the molecule of this PDB (or PDBx/mmCIF) file: any atom order and hydrogen naming "
+    "OpenMM reads; missing hydrogens are added, the structure minimized. Not with --molecule."
+)
+
+
+def molecule_choice(molecule: str, sequence: str, pdb: str) -> str:
+    """The molecule name that --molecule or --sequence give (InputError when more than one of the
+    three is given); "" when neither is (the default molecule, or the --pdb file's)."""
+    if sum(bool(v) for v in (molecule, sequence, pdb)) > 1:
+        raise InputError("give only one of --molecule, --sequence and --pdb")
+    return f"sequence:{sequence}" if sequence else molecule
+
 
 _MD = MDSettings
 
@@ -56,26 +78,17 @@ def simulate(
     ),
     molecule: str = typer.Option(
         default_of(_MD, "molecule"),
-        help=(
-            "Registered molecule to simulate: alanine-dipeptide, alanine-tetrapeptide, alanine-hexapeptide "
-            "or sequence:SEQ (bgp4.simulation.molecule); empty: the default, alanine dipeptide."
-        ),
+        help=MOLECULE_HELP,
     ),
     sequence: str = typer.Option(
         "",
         "--sequence",
-        help=(
-            "Simulate the capped peptide Ace-SEQ-Nme built from one-letter amino-acid codes (AAA: "
-            "Ace-Ala3-Nme); the data file records it as the molecule sequence:SEQ. Not with --molecule."
-        ),
+        help=SEQUENCE_HELP,
     ),
     pdb: str = typer.Option(
         default_of(_MD, "pdb"),
         "--pdb",
-        help=(
-            "Simulate the molecule of this PDB (or PDBx/mmCIF) file: any atom order and hydrogen naming "
-            "OpenMM reads; missing hydrogens are added, the structure minimized. Not with --molecule."
-        ),
+        help=PDB_HELP,
     ),
     forcefield: str = typer.Option(
         default_of(_MD, "forcefield"), "--forcefield", help="Force field: amber99sb-ildn or amber14 (OpenMM's files)."
@@ -110,10 +123,7 @@ def simulate(
     resumes when the same command is run again; rerunning a finished one reports it and exits.
     With --replica-exchange the run is parallel tempering and the file holds the lowest temperature's frames.
     """
-    if sequence:
-        if molecule or pdb:
-            raise InputError("give only one of --molecule, --sequence and --pdb")
-        molecule = f"sequence:{sequence}"
+    molecule = molecule_choice(molecule, sequence, pdb)
     settings = MDSettings(
         frames=frames,
         temperature=temperature,

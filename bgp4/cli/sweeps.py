@@ -11,10 +11,12 @@ from typing import Optional
 import typer
 
 from bgp4.cli._app import default_of, handles_errors
+from bgp4.cli.md import MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
 from bgp4.errors import InputError
 from bgp4.pipeline import PRESETS, run_pipeline
 from bgp4.settings import SampleSettings, TrainSettings, merge_settings, read_config_file
+from bgp4.simulation.md import MDSettings
 
 __all__ = ["pipeline", "sweep"]
 
@@ -27,11 +29,26 @@ def pipeline(
     out: Path = typer.Option(Path("out/quick"), "--out", help="Directory for data, runs and report."),
     seed: int = typer.Option(0, help="Seed of every stage."),
     device: str = typer.Option("auto", help="auto|cpu|cuda for training and sampling."),
+    molecule: str = typer.Option("", help=MOLECULE_HELP),
+    sequence: str = typer.Option("", "--sequence", help=SEQUENCE_HELP),
+    pdb: str = typer.Option("", "--pdb", help=PDB_HELP),
+    forcefield: str = typer.Option(default_of(MDSettings, "forcefield"), help="amber99sb-ildn or amber14."),
+    solvent: str = typer.Option(default_of(MDSettings, "solvent"), help="Solvent: obc (implicit water) or vacuum."),
+    constraints: str = typer.Option(
+        default_of(MDSettings, "constraints"), help="hbonds (X-H bonds fixed, in the flows too) or none."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Simulate, train the preset's generators, sample (refining by AIS where the preset says so) and analyze;
-    completed stages are skipped on rerun."""
-    run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo)
+    completed stages are skipped on rerun. Alanine dipeptide unless another molecule is given."""
+    md = {
+        "molecule": molecule_choice(molecule, sequence, pdb),
+        "pdb": pdb,
+        "forcefield": forcefield,
+        "solvent": solvent,
+        "constraints": constraints,
+    }
+    run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo, md=md)
 
 
 # `bgp4 sweep` takes every `bgp4 train` setting with train's own option (name, help, default);
