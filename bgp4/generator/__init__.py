@@ -2,7 +2,9 @@
 
 Modules:
     model: the generator kinds built from `bgp4.flows` and a molecule.
-    losses: training objectives (likelihood, the energy phase, the P4Inv penalty).
+    losses: loss terms (likelihood, reverse KL, FAB's alpha = 2 loss, the P4Inv penalty).
+    objectives: what the energy phase trains (mixed, kl, fab), one class each; fab (AIS
+        towards p^2/q on refine's moves) and replay (FAB's prioritized replay buffer) serve fab.
     train: the training stage (resumable run directories): a thin Trainer over
         training_data (the split, flow coordinates and batches), loop (optimizer, P4Inv
         schedule, learning rate, one step, the metrics records) and checkpoint (the whole

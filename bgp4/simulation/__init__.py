@@ -1,8 +1,12 @@
 """The physics: molecules, MD, trajectory files and the OpenMM energy bridge (positions in nm, energies in kJ/mol).
 
 Modules:
-    molecule: the molecules bgp4 knows (OpenMM system, topology, structure, z-matrix).
+    molecule: the molecules bgp4 knows (built-in, sequence, PDB file) with their OpenMM system,
+        topology, structure and z-matrix.
+    system: force field, solvent and constraints of a molecule's OpenMM system.
+    structure: structures made ready for MD (hydrogens, force-field checks, minimization).
     md: Langevin MD in replica processes, resumable at any moment.
+    remd: replica exchange (parallel tempering) with openmmtools' multistate sampler.
     data: trajectory files (mdtraj HDF5) with the run's settings.
     energy: OpenMM energies and forces as numpy arrays or a differentiable torch function.
     zmatrix: an automatic z-matrix from a molecule's bond graph.
