@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import mdtraj
 import numpy as np
@@ -20,6 +24,7 @@ from bgp4.simulation import remd
 from bgp4.simulation.data import load_trajectory, read_settings
 from bgp4.simulation.md import MDSettings, completed, simulate
 from bgp4.simulation.remd import check_replica_exchange, exchange_acceptance, temperature_ladder
+from bgp4.stage import Stage
 
 TINY = MDSettings(
     frames=20,
@@ -28,15 +33,40 @@ TINY = MDSettings(
     save_every=20,
     equilibration_ps=0.2,
     constraints="none",
-    seed=5,
+    seed=3,
 )
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def tiny(tmp_path_factory):
+    """The TINY run, with what it leaves behind for the tests: a copy of its work directory (the
+    openmmtools storage, which `simulate` removes), the sampler's state right after equilibration,
+    and what it printed on stderr."""
+    from openmmtools.multistate import ParallelTemperingSampler
+
     out = tmp_path_factory.mktemp("remd") / "tiny.h5"
-    simulate(out, TINY, progress=False)
-    return out
+    kept, seen, stderr = out.with_name("kept.partial"), {}, io.StringIO()
+    run, equilibrate = remd.run_replica_exchange, ParallelTemperingSampler.equilibrate
+
+    def run_and_keep(out, work, progress=True):
+        run(out, work, progress)
+        shutil.copytree(work, kept)
+
+    def equilibrate_and_look(sampler, *args, **kwargs):
+        equilibrate(sampler, *args, **kwargs)
+        seen["where"] = sampler._replica_thermodynamic_states.copy()
+        seen["energies"] = sampler._energy_thermodynamic_states.copy()
+
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(stderr):
+        patch.setattr(remd, "run_replica_exchange", run_and_keep)
+        patch.setattr(ParallelTemperingSampler, "equilibrate", equilibrate_and_look)
+        simulate(out, TINY, progress=False)
+    return SimpleNamespace(out=out, work=kept, equilibrated=seen, stderr=stderr.getvalue())
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny):
+    return tiny.out
 
 
 def test_ladder_is_geometric_from_the_temperature_asked_for():
@@ -87,9 +117,64 @@ def test_finished_file_is_complete_for_its_settings_only(tiny_run, cli):
     with pytest.raises(InputError, match="other settings"):
         completed(tiny_run, replace(TINY, replica_exchange="300:600:4"))
     flags = ["--frames", "20", "--temperature", "300", "--replica-exchange", "300:600:3", "--save-every", "20"]
-    flags += ["--equilibration-ps", "0.2", "--constraints", "none", "--seed", "5"]
+    flags += ["--equilibration-ps", "0.2", "--constraints", "none", "--seed", "3"]
     done = cli("simulate", "--out", tiny_run, *flags)
     assert done.returncode == 0 and "already complete" in done.stdout
+
+
+def test_equilibrated_walkers_resume_at_their_temperatures(tiny, molecule):
+    """openmmtools' `equilibrate` stores positions only; the run stores the temperature assignment
+    and energies with them, so the segment resumes where equilibration left the walkers."""
+    where, energies = tiny.equilibrated["where"], tiny.equilibrated["energies"]
+    assert sorted(where) == [0, 1, 2] and list(where) != [0, 1, 2]  # exchanges moved them (seed 3)
+    segment = tiny.work / "segment-0000"
+    with remd._openmmtools_quietly():
+        sampler, reporter = remd._resume(segment, Stage(tiny.work).recorded(), molecule.n_atoms)
+        reporter.close()
+    assert sampler.iteration == 20  # the sealed segment, reopened at its last checkpoint
+    reporter = remd._reporter(segment, molecule.n_atoms, mode="r")
+    try:
+        stored_where = reporter.read_replica_thermodynamic_states(0)
+        stored_energies, _, _ = reporter.read_energies(0)
+    finally:
+        reporter.close()
+    assert np.array_equal(stored_where, where)
+    assert np.allclose(stored_energies, energies, rtol=1e-5)  # not create()'s zeros (recomputed: float32 rounding)
+
+
+def test_file_frames_are_the_lowest_temperatures_walkers(tiny, molecule):
+    """Read back from the storage: the walker each frame was taken from sat at temperature 0."""
+    import netCDF4
+
+    data = load_trajectory(tiny.out, extras=("walker",))
+    walker = data.extras["walker"].astype(int)
+    segment = tiny.work / "segment-0000"
+    reporter = remd._reporter(segment, molecule.n_atoms, mode="r")
+    try:
+        where = reporter.read_replica_thermodynamic_states(slice(1, 21))  # (iterations, walkers)
+    finally:
+        reporter.close()
+    assert np.all(where[np.arange(20), walker] == 0)
+    assert len(set(walker)) > 1  # the lowest temperature was held by several walkers
+    with netCDF4.Dataset(str(segment / remd.STORAGE), "r") as storage:
+        positions = np.asarray(storage.variables["positions"][1:21], dtype=np.float32)
+    assert np.array_equal(data.xyz, positions[np.arange(20), walker])
+
+
+def test_short_iterations_warn_once_on_stderr(tiny):
+    lines = [line for line in tiny.stderr.splitlines() if "redraws velocities" in line]
+    assert len(lines) == 1 and "--save-every 500" in lines[0] and "0.02 ps" in lines[0]
+    assert remd.short_iteration_warning(500, 1.0) is None and remd.short_iteration_warning(50, 2.0) is None
+    assert "--save-every 250" in remd.short_iteration_warning(10, 2.0)
+
+
+def test_timestep_error_names_the_limit_of_the_constraints_in_force():
+    with pytest.raises(
+        InputError, match=r"3 fs is too long for constrained X-H bonds \(constraints hbonds\): use at most 2 fs"
+    ):
+        MDSettings(constraints="hbonds", timestep_fs=3.0).resolved()
+    with pytest.raises(InputError, match=r"too long for free X-H bonds \(constraints none\): use at most 1 fs"):
+        MDSettings(constraints="none", timestep_fs=1.5).resolved()
 
 
 def test_same_seed_same_frames(tiny_run, tmp_path):

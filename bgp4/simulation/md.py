@@ -94,9 +94,11 @@ class MDSettings:
         if not timestep > 0:
             raise InputError(f"timestep_fs (--timestep-fs) must be positive, got {self.timestep_fs}")
         if timestep > AUTO_TIMESTEP_FS[spec.constraints]:
+            bonds = "constrained X-H bonds" if spec.constraints == "hbonds" else "free X-H bonds"
             raise InputError(
-                f"timestep_fs (--timestep-fs) {timestep:g} fs is too long for free X-H bonds (constraints "
-                f"{spec.constraints}): use at most {AUTO_TIMESTEP_FS['none']:g} fs, or leave it out for that step"
+                f"timestep_fs (--timestep-fs) {timestep:g} fs is too long for {bonds} (constraints "
+                f"{spec.constraints}): use at most {AUTO_TIMESTEP_FS[spec.constraints]:g} fs, or leave it out "
+                "for that step"
             )
         if self.save_every < 1:
             raise InputError(f"save_every (--save-every) must be at least 1 step, got {self.save_every}")

@@ -10,6 +10,13 @@ each iteration), then stores positions, reduced energies and exchange statistics
 storage (`MultiStateReporter`). The data file holds the lowest temperature's frame of every
 iteration: `--frames` iterations, one frame each, `--save-every` steps apart.
 
+Iteration length. Velocities are drawn anew at every iteration (a configuration that moved to
+another temperature must not keep its old kinetic energy). That leaves the distribution exact, but
+it also acts as a thermostat far stronger than the friction when iterations are short: the default
+10 steps (0.01 ps at 1 fs) keep each walker from building momentum across a barrier, and barrier
+crossings slow down. Prefer at least ADVISED_ITERATION_PS (0.5 ps) per iteration, e.g.
+`--save-every 500` at 1 fs; a run with less than WARN_ITERATION_PS (0.1 ps) prints a warning.
+
 Resuming. The run lives in `<out>.partial/` beside the settings record, cut into segments of
 SEGMENT_ITERATIONS iterations, each an openmmtools storage of its own (`segment-NNNN/`). A
 segment is created in a temporary directory and renamed when ready; it is sealed (`done.json`)
@@ -51,8 +58,11 @@ __all__ = [
     "CHECKPOINT_ITERATIONS",
     "SEGMENT_ITERATIONS",
     "MIXING",
+    "ADVISED_ITERATION_PS",
+    "WARN_ITERATION_PS",
     "temperature_ladder",
     "check_replica_exchange",
+    "short_iteration_warning",
     "remd_record",
     "run_replica_exchange",
     "exchange_acceptance",
@@ -65,6 +75,8 @@ __all__ = [
 CHECKPOINT_ITERATIONS = 10  # iterations between openmmtools checkpoints: what a kill loses at most
 SEGMENT_ITERATIONS = 1000  # iterations of one storage (a multiple of CHECKPOINT_ITERATIONS)
 MIXING = "swap-neighbors"  # pure Python, so numpy's seeded global state draws it (swap-all runs in numba)
+ADVISED_ITERATION_PS = 0.5  # ps of MD per iteration that keep the velocity redraws from slowing barrier crossing
+WARN_ITERATION_PS = 0.1  # ps per iteration below which a run warns (the default 10 steps of 1 fs is 0.01)
 STORAGE, CHECKPOINT_STORAGE = "remd.nc", "remd_checkpoint.nc"  # openmmtools' analysis and checkpoint files
 SEGMENT = "segment-{:04d}"
 SEGMENT_INFO, DONE = "segment.json", "done.json"
@@ -114,6 +126,20 @@ def check_replica_exchange(spec: str, temperature: float, replicas: int) -> str:
             f"--temperature {_number(ladder[0])}"
         )
     return f"{_number(ladder[0])}:{_number(ladder[-1])}:{len(ladder)}"
+
+
+def short_iteration_warning(save_every: int, timestep_fs: float) -> str | None:
+    """A one-line warning when an iteration (`save_every` steps of `timestep_fs` fs) is shorter than
+    WARN_ITERATION_PS: the velocities drawn anew at every iteration then damp the dynamics hard."""
+    iteration_ps = save_every * timestep_fs / 1000.0
+    if iteration_ps >= WARN_ITERATION_PS:
+        return None
+    advised = math.ceil(ADVISED_ITERATION_PS * 1000.0 / timestep_fs)
+    return (
+        f"warning: replica exchange redraws velocities every iteration, and {save_every} steps of {timestep_fs:g} fs "
+        f"is {iteration_ps:g} ps: a strong thermostat that slows barrier crossing; prefer "
+        f">= {ADVISED_ITERATION_PS:g} ps per iteration (--save-every {advised})"
+    )
 
 
 def remd_record(spec: str) -> dict[str, Any]:
@@ -249,11 +275,25 @@ def _make_segment(work: Path, k: int, start: int, iterations: int, record: Mappi
             steps = record["equilibration_ps"] * 1000.0 / record["timestep_fs"]
             equilibration = int(round(steps / record["save_every"]))
             if equilibration:
-                sampler.equilibrate(equilibration)  # with exchanges; stored as iteration 0
+                sampler.equilibrate(equilibration)  # with exchanges
+        _store_start(sampler)
     finally:
         reporter.close()
     atomic_write(tmp / SEGMENT_INFO, json.dumps({"start": start, "iterations": iterations}))
     os.rename(tmp, _segment(work, k))
+
+
+def _store_start(sampler) -> None:
+    """Store the sampler's state as iteration 0, the state `from_storage` resumes from.
+
+    openmmtools' `equilibrate` stores only the positions, so the storage would keep `create`'s
+    temperature assignment (the identity) beside the equilibrated positions; and `create` stores a
+    zero energy matrix, with which the first exchanges of every segment would all be accepted.
+    Here the energies of the current positions are computed and iteration 0 is written again whole
+    (positions, which walker is at which temperature, energies); openmmtools has no public call for it.
+    """
+    sampler._compute_energies()
+    sampler._report_iteration()
 
 
 def _start_of(work: Path, k: int, molecule) -> tuple[list, list[int] | None]:
@@ -345,6 +385,8 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
     if record is None or not record.get("replica_exchange"):
         raise InputError(f"{work} holds no replica-exchange settings record")
     molecule = molecule_of(record, source=work)
+    if warning := short_iteration_warning(int(record["save_every"]), float(record["timestep_fs"])):
+        print(warning, file=sys.stderr)
     done = _held(_sealed(work))
     bar = tqdm(total=int(record["frames"]), initial=done, unit="frame", desc="replica exchange", disable=not progress)
     try:
