@@ -26,6 +26,7 @@ from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling
 from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
+from bgp4.flows.structure_fit import fit_to_structure
 from bgp4.kinds import KINDS, get_kind
 from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, constrained_bonds, get_molecule, molecule_of
 from bgp4.simulation.zmatrix import with_automatic_zmatrix
@@ -258,8 +259,10 @@ def build_generator(
     bins: int = 0,
     shell: bool = False,
     zmatrix: str = "hand",
+    temperature: Optional[float] = None,
 ) -> BoltzmannGenerator:
-    """A generator of `kind` whose coordinate transform is fitted to `data`.
+    """A generator of `kind` whose coordinate transform is fitted to `data` (or, without data, to
+    the molecule's structure at `temperature`).
 
     Args:
         kind: a name in bgp4.kinds.KINDS (rnvp, p4inv, spline, spline-p4inv).
@@ -276,6 +279,9 @@ def build_generator(
         zmatrix: hand (the molecule's own z-matrix and rigid block) or auto (the automatic ones
             from its bond graph, `bgp4.simulation.zmatrix`); both give 48 flow dims for the default
             molecule with fix_constrained.
+        temperature: K; with data=None, fit the transform without MD frames: centred on the
+            molecule's structure (locally minimized) with force-field widths at this temperature
+            (`bgp4.flows.structure_fit.fit_to_structure`). Ignored when data is given.
 
     Trainable parameters at the defaults, 48 dims: 662,450 (rnvp) / 669,650 (p4inv).
 
@@ -287,11 +293,15 @@ def build_generator(
     spec = get_kind(kind)
     molecule = with_zmatrix(get_molecule() if molecule is None else molecule, zmatrix)
     torsions = spec.torsions
-    if data is None:
+    fitted_to = {}
+    if data is None and temperature is not None:
+        transform = fit_to_structure(molecule, temperature, fix_constrained=fix_constrained, torsions=torsions)
+        fitted_to = {"fitted_to": "structure", "fit_temperature": float(temperature)}
+    elif data is None:
         if not shell:
             raise InputError(
-                "build_generator needs training frames (data) to fit its coordinate transform; "
-                "pass shell=True for an unfitted shell to load a state dict into"
+                "build_generator needs training frames (data) to fit its coordinate transform, or a "
+                "temperature to fit it to the molecule's structure; pass shell=True for an unfitted shell"
             )
         transform = MixedCoordinateTransform.shell(molecule, fix_constrained, torsions=torsions)
     else:
@@ -303,6 +313,7 @@ def build_generator(
         "n_dims": transform.n_dims,
         **molecule.record(),  # name, system (force field, solvent, constraints), structure of a PDB molecule
         "zmatrix": zmatrix,
+        **fitted_to,
     }
     return BoltzmannGenerator(transform, _flow_for(config, transform, dtype), config)
 
