@@ -98,6 +98,13 @@ def test_tiny_run_is_an_mdtraj_file_with_its_record(tiny_run, molecule):
     assert not tiny_run.with_name(tiny_run.name + ".partial").exists()
 
 
+def test_md_cost_counts_every_walker_and_its_equilibration(tiny_run):
+    from bgp4.report.costs import md_energy_evaluations
+
+    # 3 walkers x (20 iterations + 10 of equilibration, 0.2 ps) x 20 steps
+    assert md_energy_evaluations(read_settings(tiny_run), 20) == 3 * (20 + 10) * 20
+
+
 def test_energies_are_the_lowest_temperatures_potential(tiny_run):
     data = load_trajectory(tiny_run)
     system = data.molecule().system

@@ -156,7 +156,8 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     assert new["train_energy_evaluations"] == complete.get("energy_evaluations_total", complete["energy_evaluations"])
     assert new["sample_energy_evaluations"] == 600
     assert new["train_md_frames"] == np.load(fixed / "split.npz")["train"].size
-    assert new["md_energy_evaluations"] == 10 * new["train_md_frames"]  # MDSettings' save_every
+    assert new["train_md_frames_energy_evaluations"] == 10 * new["train_md_frames"]  # MDSettings' save_every
+    assert new["md_energy_evaluations"] == 2000 * 10 + 2 * 1000  # the whole file: 2 replicas, 2 ps at 2 fs each
     for row in ("| reverse ESS, top 1e-4", "| forward ESS on held-out", "| target energy evaluations"):
         assert row in report, row
     # Alanine dipeptide's one residue: its per-residue block is the flat single pair's.

@@ -9,7 +9,7 @@ import pytest
 
 from bgp4.analysis.weights import clip_log_weights, clipped_reverse_ess, forward_ess, reverse_ess
 from bgp4.errors import InputError
-from bgp4.report.costs import cost_metrics, md_steps_per_frame
+from bgp4.report.costs import cost_metrics, forward_frames, forward_metrics, md_energy_evaluations, md_steps_per_frame
 
 
 def test_clipping_lowers_only_the_largest_log_weights():
@@ -47,20 +47,68 @@ def test_forward_ess_known_answers():
 
 def test_costs_count_training_sampling_and_md_apart():
     complete = {"energy_evaluations": 500, "energy_evaluations_total": 1500, "md_frames": 900, "md_frames_total": 900}
-    costs = cost_metrics(complete, {"steps": 100}, {"save_every": 10}, 900, 1000, 25.0)
+    data = {"save_every": 10, "timestep_fs": 2.0, "equilibration_ps": 1.0, "replicas": 2}
+    costs = cost_metrics(complete, {"steps": 100}, data, 900, 1000, 25.0, n_data_frames=2000)
     assert costs == {
         "train_energy_evaluations": 1500,
         "sample_energy_evaluations": 25_000,
         "energy_evaluations_total": 26_500,
+        "md_energy_evaluations": 2000 * 10 + 2 * 500,  # the whole file, with 2 replicas' equilibration
         "train_md_frames": 900,
-        "md_energy_evaluations": 9000,
+        "train_md_frames_energy_evaluations": 9000,
     }
     # a run that predates the counts: likelihood training used every training frame
     old = cost_metrics({"energy_evaluations": 64}, {"steps": 100}, {}, 1800, 10, 1)
     assert old["train_energy_evaluations"] == 64 and old["train_md_frames"] == 1800
-    assert old["md_energy_evaluations"] is None  # the data records no save interval
+    assert old["md_energy_evaluations"] is None and old["train_md_frames_energy_evaluations"] is None  # no save_every
     unknown = cost_metrics({}, {}, {"save_every": 10}, 1800, 10, 1)
     assert unknown["train_energy_evaluations"] is None and unknown["energy_evaluations_total"] is None
     assert unknown["train_md_frames"] is None
     # replica exchange: every walker steps between two frames of the lowest temperature
     assert md_steps_per_frame({"save_every": 50, "temperatures": [300.0, 400.0, 500.0, 600.0]}) == 200
+
+
+def test_md_energy_evaluations_count_the_whole_simulation():
+    # plain MD: frames x save_every, and each replica's equilibration (100 ps of 2 fs steps)
+    plain = {"save_every": 10, "timestep_fs": 2.0, "equilibration_ps": 100.0, "replicas": 4}
+    assert md_energy_evaluations(plain, 1000) == 1000 * 10 + 4 * 50_000
+    # replica exchange: every walker steps between frames and equilibrates, in whole iterations
+    remd = {"save_every": 30, "timestep_fs": 1.0, "equilibration_ps": 0.2, "replicas": 0, "temperatures": [1, 2, 3]}
+    assert md_energy_evaluations(remd, 50) == 50 * 30 * 3 + 3 * 7 * 30  # 200 steps: 7 iterations of 30
+    assert md_energy_evaluations({"save_every": 10}, 1000) is None  # no time step: equilibration unknown
+    assert md_energy_evaluations({**plain, "equilibration_ps": 0.0}, 1000) == 10_000
+
+
+def test_forward_frames_are_the_held_out_ones_of_the_runs_own_data_else_any(tmp_path):
+    test = np.arange(0, 300, 3)
+    np.savez(tmp_path / "split.npz", train=np.setdiff1d(np.arange(300), test), test=test)
+    own, note = forward_frames(tmp_path, 300, same_data=True, seed=1, n=40)
+    assert note is None and own.size == 40 and np.isin(own, test).all() and np.all(np.diff(own) > 0)
+    assert np.array_equal(forward_frames(tmp_path, 300, True, seed=1, n=40)[0], own)  # seeded
+    other, note = forward_frames(tmp_path, 5000, same_data=False, seed=1, n=40)
+    assert other.size == 40 and other.max() < 5000 and not np.isin(other, test).all()
+    assert "not the run's training data" in note and "40 of its 5000" in note
+    # a split beyond the file's frames cannot be this file's: any frames, never an index error
+    beyond, note = forward_frames(tmp_path, 200, same_data=True, n=1000)
+    assert np.array_equal(beyond, np.arange(200)) and "frame 297, beyond the data file's 200" in note
+
+
+def test_forward_metrics_of_a_real_generator_on_either_data(tmp_path, md_frames, molecule):
+    from bgp4.generator.model import build_generator
+
+    xyz, energies = md_frames[0][::10].copy(), md_frames[1][::10]  # 300 frames
+    build_generator("rnvp", data=xyz, blocks=1, hidden=8).save(tmp_path / "model.pt")
+    test = np.arange(1, 300, 4)
+    np.savez(tmp_path / "split.npz", train=np.setdiff1d(np.arange(300), test), test=test)
+    u = energies / molecule.kT(600.0)
+    own = forward_metrics(tmp_path, xyz, u, True, seed=0, same_data=True)
+    assert own["forward_ess_frames"] == test.size and own["forward_ess_note"] is None
+    assert own["forward_ess_nonfinite_log_q"] == 0 and 0.0 < own["forward_ess"] <= 1.0
+    other = forward_metrics(tmp_path, xyz, u, True, seed=0, same_data=False)
+    assert other["forward_ess_frames"] == 300 and "independent of training" in other["forward_ess_note"]
+    xyz[test[5]] = 0.0  # every atom at one point: log q is not finite there (+inf), which makes the ESS 0
+    broken = forward_metrics(tmp_path, xyz, u, True, seed=0, same_data=True)
+    assert broken["forward_ess_nonfinite_log_q"] == 1 and broken["forward_ess"] == 0.0
+    (tmp_path / "split.npz").unlink()  # other data needs no split; the run's own data does
+    assert forward_metrics(tmp_path, xyz, u, True, same_data=False)["forward_ess_frames"] == 300
+    assert forward_metrics(tmp_path, xyz, u, True, same_data=True)["forward_ess"] is None

@@ -62,8 +62,9 @@ KNOWN: dict[str, str] = {
     "energy_evaluations_total": "target energy evaluations (training + sampling)",
     "train_energy_evaluations": "target energy evaluations of training",
     "sample_energy_evaluations": "target energy evaluations of sampling",
-    "train_md_frames": "MD frames for training",
-    "md_energy_evaluations": "MD energy evaluations behind the training frames",
+    "md_energy_evaluations": "MD energy evaluations of the data file",
+    "train_md_frames": "MD frames drawn by the losses",
+    "train_md_frames_energy_evaluations": "MD energy evaluations behind the frames drawn by the losses",
 }
 #: Bookkeeping numbers of a run, properties of the MD data (sampling floors), and figures that
 #: only restate others (errors against MD = value - MD; interval ends of a run's own ESS).
@@ -77,6 +78,7 @@ SKIPPED = {
     "reverse_ess_ci_low",
     "reverse_ess_ci_high",
     "forward_ess_frames",
+    "forward_ess_nonfinite_log_q",
 }
 
 

@@ -32,6 +32,7 @@ from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pi
 from bgp4.simulation.data import load_trajectory, resolve_temperature
 from bgp4.simulation.energy import OpenMMEnergy
 from bgp4.simulation.molecule import Molecule, check_same_molecule
+from bgp4.stage import DATA, same_data, with_fingerprint
 
 __all__ = [
     "NOISE_FRAMES",
@@ -65,9 +66,10 @@ def _run_label(path: Path, taken: set[str]) -> str:
     return label if label not in taken else str(path)
 
 
-def _load_samples(run: Path, data_molecule: Molecule) -> list[tuple[str, dict[str, Any], Any]]:
+def _load_samples(run: Path, data_molecule: Molecule, data: dict[str, Any]) -> list[tuple[str, dict[str, Any], Any]]:
     """The run's samples and, when refined, its refined samples: [(label suffix, info, samples)];
-    InputError when the run's model is of another molecule or system than `data_molecule`."""
+    InputError when the run's model is of another molecule or system than `data_molecule`. `data`:
+    the analyzed data file's record ({data, data_fingerprint}), to tell whether the run trained on it."""
     n_atoms = data_molecule.n_atoms
     rundir = RunDirectory(run)
     settings = rundir.settings()
@@ -81,6 +83,7 @@ def _load_samples(run: Path, data_molecule: Molecule) -> list[tuple[str, dict[st
         "settings": settings,
         "complete": rundir.completion(),
         "n_train": int(np.load(split)["train"].size) if split.is_file() else None,
+        "same_data": same_data(settings, data),  # else its split's indices mean nothing in this file
     }
     entries = [("", info, load_trajectory(path, n_atoms=n_atoms, extras=SAMPLE_EXTRAS))]
     if refined_path(path).exists():
@@ -108,13 +111,17 @@ def analyze(
     data = load_trajectory(data_path, extras=("replica",))
     molecule = data.molecule()
     temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
+    record = with_fingerprint({DATA: str(data_path)})
     loaded = [
-        (Path(r), suffix, info, samples) for r in runs for suffix, info, samples in _load_samples(Path(r), molecule)
+        (Path(r), suffix, info, samples)
+        for r in runs
+        for suffix, info, samples in _load_samples(Path(r), molecule, record)
     ]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    metrics, ref = _md_reference(data, molecule, temperature, loaded[0][0] / SPLIT, seed, workers)
+    split = loaded[0][0] / SPLIT if loaded[0][2]["same_data"] else None  # the first run's training frames
+    metrics, ref = _md_reference(data, molecule, temperature, split, seed, workers)
     figures = _FigureData(ref)
     taken: set[str] = set()
     label = ""
@@ -178,13 +185,16 @@ class _Reference:
 
 
 def _md_reference(
-    data, molecule, temperature: float, split: Path, seed: int, workers: int
+    data, molecule, temperature: float, split: Path | None, seed: int, workers: int
 ) -> tuple[dict[str, Any], _Reference]:
     """The metrics of the MD data and of NOISE_FRAMES of its frames with noise (the start of
-    metrics.json), and the reference the models are compared with."""
+    metrics.json), and the reference the models are compared with. `split`: the training frames
+    that set the low-energy threshold (None, or a split that does not fit the data: every frame)."""
     kT = molecule.kT(temperature)
     u_md = data.energies / kT
-    train_idx = np.load(split)["train"] if split.exists() else np.arange(data.n_frames)
+    train_idx = np.load(split)["train"] if split is not None and split.exists() else np.arange(data.n_frames)
+    if train_idx.size == 0 or train_idx.max() >= data.n_frames:
+        train_idx = np.arange(data.n_frames)
     threshold = A.low_energy_threshold(u_md[train_idx])
     torsions = residue_torsions(molecule)
     pair = _own_pair(molecule, torsions)
@@ -245,12 +255,21 @@ def _model_entry(run: Path, suffix: str, info: dict[str, Any], samples, ref: _Re
         test_nll=info["complete"].get("test_nll_end"),
         train_wall_s=info["complete"].get("wall_s"),
         energy_evals_per_sample=evals,
-        **cost_metrics(info["complete"], info["settings"], ref.settings, info["n_train"], u.size, evals),
+        **cost_metrics(
+            info["complete"], info["settings"], ref.settings, info["n_train"], u.size, evals, n_data_frames=len(ref.u)
+        ),
     )
     if suffix:  # the refined samples have no density of their own: the run's entry has its forward ESS
-        summary.update(forward_ess=None, forward_ess_frames=None, forward_ess_note="AIS samples have no density q")
+        summary.update(
+            forward_ess=None,
+            forward_ess_frames=None,
+            forward_ess_nonfinite_log_q=None,
+            forward_ess_note="AIS samples have no density q",
+        )
     else:
-        summary.update(forward_metrics(run, ref.xyz, ref.u, summary["weights_defined"], seed))
+        summary.update(
+            forward_metrics(run, ref.xyz, ref.u, summary["weights_defined"], seed, same_data=info["same_data"])
+        )
     log_w = A.log_weights(u, log_q)
     if summary["weights_defined"] and samples.settings.get("resampled_levels") and "ancestor" in samples.extras:
         summary["reverse_ess_lineage"] = lineage_ess(log_w, samples.extras["ancestor"])

@@ -74,13 +74,18 @@ def _ess(m: dict[str, Any]) -> str:
 
 
 def _forward(m: dict[str, Any]) -> str:
-    frames = m.get("forward_ess_frames")
-    return _fmt(m.get("forward_ess")) + ("" if frames is None else f", N = {frames}")
+    frames, nonfinite = m.get("forward_ess_frames"), m.get("forward_ess_nonfinite_log_q")
+    text = _fmt(m.get("forward_ess")) + ("" if frames is None else f", N = {frames}")
+    return text + (f", {nonfinite} with non-finite log q" if nonfinite else "")
 
 
 def _count(value: Any) -> str:
     """An evaluation count: exact below a million, else 3 significant digits (4.2e+08)."""
     return "n/a" if value is None else (f"{value:,}" if value < 1_000_000 else f"{value:.3g}")
+
+
+def _counted(key: str) -> Cell:
+    return lambda m: _count(m.get(key))
 
 
 def _evaluations(m: dict[str, Any]) -> str:
@@ -91,7 +96,7 @@ def _evaluations(m: dict[str, Any]) -> str:
 
 
 def _md_frames(m: dict[str, Any]) -> str:
-    return f"{_count(m.get('train_md_frames'))} ({_count(m.get('md_energy_evaluations'))})"
+    return f"{_count(m.get('train_md_frames'))} ({_count(m.get('train_md_frames_energy_evaluations'))})"
 
 
 def _pair_rows(p_label: str, df_label: str, kl: bool = True) -> list[Row]:
@@ -144,7 +149,8 @@ def _rows(md: dict[str, Any]) -> list[Row]:
         ("reverse ESS, top 1e-4 of log w clipped", _plain("reverse_ess_clipped"), ("reverse_ess_clipped",)),
         ("forward ESS on held-out MD frames", _forward, ("forward_ess",)),
         ("target energy evaluations: training + sampling", _evaluations, ("energy_evaluations_total",)),
-        ("MD frames for training (MD energy evaluations)", _md_frames, ("train_md_frames",)),
+        ("MD energy evaluations of the data file", _counted("md_energy_evaluations"), ("md_energy_evaluations",)),
+        ("MD frames drawn by the losses (their MD energy evaluations)", _md_frames, ("train_md_frames",)),
         ("reverse ESS by SMC lineage", _plain("reverse_ess_lineage"), ("reverse_ess_lineage",)),
         *_pair_rows(f"P(phi > 0) (MD {p_md})", f"dF(phi) (kT) (MD {df_md})"),
         ("test NLL (nats)", _places("test_nll", 3), ("test_nll",)),
@@ -178,16 +184,19 @@ METRICS_SECTION = (
     "(von Klitzing et al. 2025, table 1): the largest 1e-4 of the log weights are lowered to their "
     "(1 - 1e-4) quantile before the Kish formula.\n"
     "- **forward ESS on held-out MD frames**: with w_i = exp(-u(x_i) - log q(x_i)) for MD frames x_i "
-    "~ p that the run held out from training (at most 10,000, a seeded choice), ESS / N = N^2 / (sum w "
+    "~ p that training never saw (at most 10,000, a seeded choice: the frames the run held out when the "
+    "data file is its training data, else any of the file's frames), ESS / N = N^2 / (sum w "
     "sum 1/w) = 1 / (mean(w) mean(1/w)) (Midgley et al. 2023); it drops to 0 when q misses a region "
-    "that MD visits, which the reverse ESS cannot see. Given for a run's own samples only (AIS "
-    "samples have no density q).\n"
+    "that MD visits, which the reverse ESS cannot see, and when a frame's log q is not finite (counted "
+    "in the cell). Given for a run's own samples only (AIS samples have no density q).\n"
     "- **target energy evaluations**: OpenMM energy evaluations of training (with the runs it started "
     "from) + those of the samples (one per flow sample; every AIS level's for refined samples).\n"
-    "- **MD frames for training**: the MD frames the training losses drew from, with the MD "
-    "integration steps behind them in brackets (each one energy evaluation: frames x steps between "
-    "frames, x the temperatures for replica exchange; equilibration not counted). The field's table "
-    "counts them as evaluations too.\n"
+    "- **MD energy evaluations of the data file**: the MD integration steps (one energy evaluation "
+    "each) of the whole simulation behind the data file, as the field's table counts them: frames x "
+    "steps between frames (x the temperatures for replica exchange), plus every replica's or walker's "
+    "equilibration.\n"
+    "- **MD frames drawn by the losses**: the MD frames the training losses drew from, with the MD "
+    "integration steps behind just those frames in brackets (equilibration not counted).\n"
     "- **the table's Ramachandran KL and TV** are the rows below as they stand: bgp4 takes its one "
     "grid, 64 x 64 bins of [-pi, pi]^2, for the comparison with the table too.\n"
     "- **reverse ESS by SMC lineage** (only for samples refined with resampling): resampling copies "
