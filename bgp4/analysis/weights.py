@@ -98,7 +98,8 @@ CLIP_FRACTION = 1e-4
 
 
 def clip_log_weights(log_w: np.ndarray, fraction: float = CLIP_FRACTION) -> np.ndarray:
-    """Log weights (n,) with the largest `fraction` of them lowered to the (1 - fraction) quantile.
+    """Log weights (n,) with the largest `fraction` of them clamped to the (1 - fraction) quantile
+    (1 - 1e-4 by default): lowered to it, not dropped, so the count n stays the same.
 
     The quantile (numpy's linear one) is taken over the finite log weights; zero weights (nan,
     -inf) stay zero. With fewer than 1 / fraction finite weights it lies between the two largest,
