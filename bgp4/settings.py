@@ -122,10 +122,13 @@ ZMATRICES = ("hand", "auto")
 OBJECTIVES = ("ml", "mixed", "kl", "fab")
 #: The energy phase's learning rate of each objective when energy_lr is 0 (mixed: the paper's).
 ENERGY_LR = {"mixed": 1e-5, "kl": 1e-4, "fab": 1e-4}
-#: Objectives that train without MD frames (the energy phase alone, from --init without data).
+#: Objectives that train without MD frames (the energy phase alone, without data: from --init or
+#: from the molecule's structure).
 _DATA_FREE = ("kl", "fab")
-#: The `data` values that mean: no MD data (kl and fab from a finished run).
+#: The `data` values that mean: no MD data (kl and fab from a finished run or from scratch).
 NO_DATA = ("", "none")
+#: Settings that name the molecule and system of a run from scratch without MD data (`--molecule`).
+_SCRATCH = ("molecule", "pdb", "forcefield", "solvent", "constraints")
 #: Settings without a command-line option (a config file or the API sets them).
 _NO_FLAG = ("checkpoint_minutes",)
 
@@ -183,6 +186,12 @@ class TrainSettings:
     temperature: float | None = None  # K; only for data files that record none (plain mdtraj files)
     init: str | None = None  # a finished run to start from (same architecture, data and split)
     augment: bool = False  # relabel interchangeable hydrogens (methyl groups) of training frames at random
+    # without data and init (a run from scratch): the molecule and system; "" takes the system's defaults
+    molecule: str = ""  # a registered name or sequence:SEQ (bgp4.simulation.molecule)
+    pdb: str = ""  # a structure file instead of a named molecule
+    forcefield: str = ""  # "": amber99sb-ildn (bgp4.simulation.system.SystemSpec)
+    solvent: str = ""  # "": obc
+    constraints: str = ""  # "": hbonds
 
     @property
     def has_data(self) -> bool:
@@ -235,6 +244,7 @@ class TrainSettings:
             self,
             data=str(Path(self.data).expanduser().resolve()) if self.has_data else "",
             init=str(Path(self.init).expanduser().resolve()) if self.init else None,
+            pdb=str(Path(self.pdb).expanduser().resolve()) if self.pdb else "",
             blocks=arch["blocks"],
             hidden=arch["hidden"],
             bins=arch.get("bins", 0),
@@ -264,6 +274,13 @@ class TrainSettings:
             )
         if self.objective == "fab" and self.fab_buffer < self.batch:
             raise InputError(f"fab_buffer (--fab-buffer) {self.fab_buffer} holds less than one batch of {self.batch}")
+        given = [name for name in _SCRATCH if getattr(self, name)]
+        if given and (self.has_data or self.init):
+            source = "the data file (--data)" if self.has_data else "the model of init (--init)"
+            raise InputError(
+                f"{_named(given[0])} is for a run from scratch without MD data (--data none, no --init): "
+                f"{source} names this run's molecule and system"
+            )
         if self.has_data:
             return
         what = f"objective {self.objective} (--objective)"
@@ -271,10 +288,19 @@ class TrainSettings:
             raise InputError(f"{what} trains on MD data: give data (--data); only kl and fab train without")
         if self.steps:
             raise InputError(f"steps (--steps) {self.steps}: likelihood steps need MD data (--data); pass --steps 0")
-        if not self.init:
+        if self.init:
+            return
+        if not self.molecule and not self.pdb:
             raise InputError(
-                f"{what} without MD data (--data none) starts from a finished run (--init RUN), whose model "
-                "carries the molecule and coordinate transform"
+                f"{what} without MD data (--data none) needs the molecule (--molecule NAME or --pdb FILE, with "
+                "--temperature) or a finished run to start from (--init RUN), whose model carries the molecule"
+            )
+        if self.molecule and self.pdb:
+            raise InputError("give molecule (--molecule) or pdb (--pdb), not both")
+        if self.temperature is None:
+            raise InputError(
+                "temperature (--temperature) is needed for a run from the molecule without MD data: the K of "
+                "the Boltzmann distribution it learns"
             )
 
 

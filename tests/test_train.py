@@ -727,7 +727,7 @@ def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
         (["--data", str(md_file), "--objective", "kl", "--clip-grad", "-3"], "clip_grad (--clip-grad)"),
         (["--data", "none", "--objective", "ml"], "objective ml (--objective) trains on MD data"),
         (["--data", "none", "--objective", "mixed", "--steps", "0"], "objective mixed (--objective) trains on MD"),
-        (["--data", "none", "--objective", "kl", "--steps", "0"], "starts from a finished run (--init RUN)"),
+        (["--data", "none", "--objective", "kl", "--steps", "0"], "needs the molecule (--molecule NAME or --pdb"),
         (["--data", "none", "--objective", "fab", "--init", str(tmp_path / "ml")], "--steps 0"),
         (["--data", str(md_file), *tiny, "--init", str(other), "--steps", "0"], "another molecule or system"),
         (["--data", str(md_file), "--objective", "fab", "--no-fix-constrained"], "p/q is unbounded"),
@@ -738,5 +738,68 @@ def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
     ]
     for args, message in cases:
         line = _one_line_error(cli("train", "--out", str(tmp_path / "bad"), *args, "--quiet"))
+        assert message in line, line
+        assert not (tmp_path / "bad").exists()
+
+
+# ------------------------------------------------------------------ from scratch: the molecule alone
+SCRATCH = dict(data="none", molecule="alanine-dipeptide", temperature=600.0, model="rnvp")
+
+
+@pytest.mark.slow
+def test_kl_and_fab_train_from_the_molecule_alone_and_resume_exactly(tmp_path, monkeypatch, cli):
+    """No MD data, no --init: the transform is fitted to the minimized structure; every record's
+    reverse KL and weights are finite, the run costs energy evaluations only, and a kill resumes
+    to the same model."""
+    settings = TrainSettings(**SCRATCH, **{**TINY, "steps": 0, "energy_steps": 6, "eval_every": 2}, objective="kl")
+    summary, trained = train(settings, tmp_path / "kl", progress=False)
+    assert trained and summary["md_frames_total"] == 0 and summary["test_nll_end"] is None
+    assert summary["energy_evaluations"] == 6 * TINY["batch"] and summary["temperature"] == 600.0
+    energy = [r for r in RunDirectory(tmp_path / "kl").records() if r["phase"] == "energy"]
+    assert len(energy) == 3 and all(np.isfinite(r["reverse_kl"]) and r["batch_ess"] > 0 for r in energy)
+    record = RunDirectory(tmp_path / "kl").settings()
+    assert (record["molecule"], record["forcefield"], record["solvent"], record["constraints"]) == (
+        "alanine-dipeptide",
+        "amber99sb-ildn",
+        "obc",
+        "hbonds",
+    )
+    model = torch.load(tmp_path / "kl" / "model.pt", weights_only=True)["config"]
+    assert model["fitted_to"] == "structure" and model["molecule"] == "alanine-dipeptide"
+    _killed_at(settings, tmp_path / "killed", 3, monkeypatch)
+    train(settings, tmp_path / "killed", progress=False)
+    _assert_same_model(tmp_path / "kl", tmp_path / "killed")
+    # the same from the command line, with FAB and a peptide by its sequence at 300 K in vacuum
+    args = ("--data", "none", "--molecule", "sequence:a", "--temperature", "300", "--solvent", "vacuum")
+    args += ("--steps", "0", "--model", "spline", "--blocks", "1", "--hidden", "32", "--batch", "64")
+    args += ("--objective", "fab", "--fab-levels", "2", "--fab-buffer", "128", "--fab-reuse", "2")
+    fab = cli("train", *args, "--energy-steps", "4", "--workers", "1", "--quiet", "--out", tmp_path / "fab")
+    assert fab.returncode == 0, fab.stderr
+    done = RunDirectory(tmp_path / "fab")
+    assert done.completion()["molecule"] == "sequence:A" and done.settings()["solvent"] == "vacuum"
+    assert done.completion()["energy_evaluations"] > 0
+
+
+def test_runs_from_scratch_refuse_what_they_cannot_do(md_file, tmp_path, cli):
+    tiny = ("--model", "rnvp", "--blocks", "1", "--hidden", "32", "--batch", "64", "--steps", "0", "--quiet")
+    scratch = ("--data", "none", "--objective", "kl", *tiny)
+    cases = [
+        (scratch, "needs the molecule (--molecule NAME or --pdb FILE"),
+        ((*scratch, "--molecule", "alanine-dipeptide"), "temperature (--temperature) is needed"),
+        ((*scratch, "--molecule", "alanine-dipeptide", "--pdb", "x.pdb", "--temperature", "300"), "not both"),
+        ((*scratch, "--molecule", "benzene", "--temperature", "300"), "unknown molecule 'benzene'"),
+        ((*scratch, "--molecule", "alanine-dipeptide", "--temperature", "300", "--solvent", "water"), "solvent"),
+        ((*scratch, "--pdb", str(tmp_path / "none.pdb"), "--temperature", "300"), "no structure file at"),
+        (("--data", "none", "--objective", "ml", "--molecule", "alanine-dipeptide"), "objective ml (--objective)"),
+        (("--data", str(md_file), "--objective", "kl", "--molecule", "alanine-dipeptide"), "the data file (--data)"),
+        (("--data", str(md_file), "--constraints", "none"), "constraints (--constraints) is for a run from scratch"),
+        (
+            (*scratch, "--molecule", "alanine-dipeptide", "--temperature", "300", "--constraints", "hbonds")
+            + ("--no-fix-constrained",),
+            "p/q is unbounded",
+        ),
+    ]
+    for args, message in cases:
+        line = _one_line_error(cli("train", "--out", str(tmp_path / "bad"), *args))
         assert message in line, line
         assert not (tmp_path / "bad").exists()

@@ -25,8 +25,9 @@ def train(
         None,
         "--data",
         help=(
-            "MD data file from `bgp4 simulate`; none: no MD data (--objective kl or fab with --steps 0 and "
-            "--init, whose model carries the molecule and coordinate transform)."
+            "MD data file from `bgp4 simulate`; none: no MD data (--objective kl or fab with --steps 0, and "
+            "--init, whose model carries the molecule and coordinate transform, or from scratch: --molecule or "
+            "--pdb with --temperature)."
         )
         + _d("data"),
     ),
@@ -187,7 +188,11 @@ def train(
     ),
     workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),
     temperature: Optional[float] = typer.Option(
-        None, help="Temperature of the data in K; only for a data file that records none (a plain mdtraj file)."
+        None,
+        help=(
+            "Temperature in K: of a data file that records none (a plain mdtraj file), or of a run without "
+            "data (needed from scratch; with --init it replaces that run's)."
+        ),
     ),
     compile_mode: Optional[str] = typer.Option(
         None,
@@ -207,6 +212,29 @@ def train(
             "kind, architecture, data, seed and test fraction; of the same molecule), e.g. `--steps 0 "
             "--energy-steps 3000 --objective fab` to add an energy phase to it."
         ),
+    ),
+    molecule: Optional[str] = typer.Option(
+        None,
+        "--molecule",
+        help=(
+            "From scratch without data (--data none, no --init): the molecule, alanine-dipeptide, "
+            "alanine-tetrapeptide, alanine-hexapeptide or sequence:SEQ; its coordinate transform is fitted to "
+            "its minimized structure with force-field widths at --temperature."
+        ),
+    ),
+    pdb: Optional[Path] = typer.Option(
+        None, "--pdb", help="From scratch without data: the molecule of this PDB file instead (not with --molecule)."
+    ),
+    forcefield: Optional[str] = typer.Option(
+        None, "--forcefield", help="From scratch without data: amber99sb-ildn or amber14. [default: amber99sb-ildn]"
+    ),
+    solvent: Optional[str] = typer.Option(
+        None, "--solvent", help="From scratch without data: obc (implicit water) or vacuum. [default: obc]"
+    ),
+    constraints: Optional[str] = typer.Option(
+        None,
+        "--constraints",
+        help="From scratch without data: hbonds (X-H bonds fixed) or none. [default: hbonds]",
     ),
     config: Optional[Path] = typer.Option(
         None, "--config", help="TOML or YAML file with any of these settings; flags win."
@@ -258,6 +286,11 @@ def train(
         temperature=temperature,
         init=str(init) if init else None,
         augment=augment,
+        molecule=molecule,
+        pdb=str(pdb) if pdb else None,
+        forcefield=forcefield,
+        solvent=solvent,
+        constraints=constraints,
     )
     settings = merge_settings(TrainSettings, read_config_file(config) if config else {}, flags)
     summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)

@@ -8,11 +8,15 @@ described there) and `Checkpoint` (every piece of state in one file, so that a r
 an unbroken one). The Trainer itself holds the OpenMM energy of the energy phase (worker
 processes) and writes the run's summary. A run without MD data (kl or fab with `data` none)
 starts from the model of a finished run (`init`), which carries the molecule and the coordinate
-transform.
+transform, or from scratch: from the molecule the settings name (`molecule` or `pdb`, in the system
+of `forcefield`, `solvent` and `constraints`), whose coordinate transform is fitted to its
+minimized structure with force-field widths at the run's temperature
+(`bgp4.flows.structure_fit`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +36,8 @@ from bgp4.platform import resolve_device
 from bgp4.settings import TrainSettings, changed_settings, settings_record
 from bgp4.simulation.data import TrajectoryData, load_trajectory, resolve_temperature
 from bgp4.simulation.energy import OpenMMEnergy
-from bgp4.simulation.molecule import rotor_hydrogens
+from bgp4.simulation.molecule import Molecule, get_molecule, molecule_name, pdb_molecule, rotor_hydrogens
+from bgp4.simulation.system import SystemSpec
 from bgp4.stage import refuse_changes
 
 __all__ = [
@@ -58,7 +63,8 @@ class Trainer:
     With a `summary`: a Trainer of a complete run (what `prepare_training` returns for one);
     nothing is built, `complete` is true and `fit` returns the summary. A Trainer becomes complete
     when `fit` takes the last step. `data` None without a summary: a run without MD data, whose
-    generator starts as the model of `settings.init` (validated settings ensure there is one).
+    generator starts as the model of `settings.init`, or (no init) is built for `molecule` with a
+    transform fitted to its structure (validated settings ensure one of the two).
 
     Attributes: s (the validated settings), run, molecule, device, temperature (K), rng (the
     private stream of torch's global generators), bg (the generator), data (`TrainingData`),
@@ -78,8 +84,10 @@ class Trainer:
         self._openmm = None  # OpenMMEnergy of the energy phase, opened when first needed
         if summary is not None:
             return
-        if data is None and not settings.init:
-            raise ValueError("a Trainer needs training data, a run to start from, or the summary of a complete run")
+        if data is None and not settings.init and molecule is None:
+            raise ValueError(
+                "a Trainer needs training data, a run or a molecule to start from, or the summary of a complete run"
+            )
         self.device = resolve_device(settings.device)
         # initialization and P4Inv's redraws of v use torch's global generators: give them a
         # private stream, so the caller's generators stay untouched and a resume stays exact
@@ -92,8 +100,13 @@ class Trainer:
         self.checkpoint = Checkpoint(run, self.bg, self.rng, self.data, self.loop, self.device)
 
     def _without_data(self, molecule) -> None:
-        """The generator, molecule and temperature of `init`'s run (the temperature setting wins)."""
+        """The generator, molecule and temperature of `init`'s run (the temperature setting wins);
+        without init, a fresh generator of `molecule` fitted to its structure at the temperature setting."""
         self.data = None
+        if not self.s.init:
+            self.molecule, self.temperature = molecule, float(self.s.temperature)
+            self.bg = self._build(None)
+            return
         self.bg = load_generator(RunDirectory(self.s.init).file(MODEL), self.device)
         self.molecule = molecule if molecule is not None else self.bg.molecule()
         self.temperature = float(self.s.temperature or init_summary(self.s.init)["temperature"])
@@ -105,18 +118,25 @@ class Trainer:
         self.data = TrainingData(data.xyz, settings, self.molecule)
         self.run.save_split(self.data.train_idx, self.data.test_idx)
         self.temperature = resolve_temperature(data.settings.get("temperature"), settings.temperature, settings.data)
-        with self.rng:
-            self.bg = build_generator(
-                settings.model,
-                self.data.train_frames,
-                self.molecule,
-                blocks=settings.blocks,
-                hidden=settings.hidden,
-                fix_constrained=settings.fix_constrained,
-                bins=settings.bins,
-                zmatrix=settings.zmatrix,
-            ).to(self.device)
+        self.bg = self._build(self.data.train_frames)
         self.data.map(self.bg)
+
+    def _build(self, frames):
+        """A fresh generator of the run's kind, its transform fitted to `frames` (n, n_atoms, 3) nm or,
+        for None, to the molecule's structure at the run's temperature."""
+        s = self.s
+        with self.rng:
+            return build_generator(
+                s.model,
+                frames,
+                self.molecule,
+                blocks=s.blocks,
+                hidden=s.hidden,
+                fix_constrained=s.fix_constrained,
+                bins=s.bins,
+                zmatrix=s.zmatrix,
+                temperature=self.temperature if frames is None else None,
+            ).to(self.device)
 
     @property
     def complete(self) -> bool:
@@ -270,7 +290,7 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
     """Check the settings and data, prepare the run directory `out` and build its Trainer (which
     resumes from the checkpoint when it fits); a complete Trainer holding the summary when the
     run is complete."""
-    s = settings.validated()
+    s = _named_system(settings.validated())
     run = RunDirectory(out)
     record = settings_record(s)
     if run.complete and not overwrite:
@@ -282,6 +302,8 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
         return Trainer(s, run, None, summary=run.completion())
     resolve_device(s.device)
     data, molecule = _checked_data(s) if s.has_data else (None, None)
+    if not s.has_data and not s.init:
+        molecule = _scratch_molecule(s)
     system = molecule  # the molecule whose energy the run trains with
     if s.init:
         check_init(s.init, record, data=s.has_data)
@@ -296,6 +318,27 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
         )
     run.prepare(record, overwrite, changed=changed_settings)
     return Trainer(s, run, data, molecule)
+
+
+def _named_system(s: TrainSettings) -> TrainSettings:
+    """Validated settings of a run from scratch with its molecule's registered name and every
+    system setting spelled out (so that the record says what was used); others unchanged."""
+    if s.has_data or s.init:
+        return s
+    spec = SystemSpec(**{k: getattr(s, k) for k in ("forcefield", "solvent", "constraints") if getattr(s, k)})
+    named = {k: getattr(spec, k) for k in ("forcefield", "solvent", "constraints")}
+    return dataclasses.replace(s, molecule=molecule_name(s.molecule) if s.molecule else "", **named)
+
+
+def _scratch_molecule(s: TrainSettings) -> Molecule:
+    """The molecule of a run from scratch (settings from `_named_system`): the named one or the
+    structure file's (hydrogens added, minimized), in the system the settings name."""
+    spec = SystemSpec(s.forcefield, s.solvent, s.constraints)
+    if s.pdb:
+        if not Path(s.pdb).is_file():
+            raise InputError(f"no structure file at {s.pdb} (--pdb)")
+        return pdb_molecule(s.pdb, spec)
+    return get_molecule(s.molecule, spec)
 
 
 def _checked_data(s: TrainSettings) -> tuple[TrajectoryData, Any]:
