@@ -101,7 +101,7 @@ class FabSampler:
         self.step_sizes[ok] *= np.exp(2.0 * (acceptance[ok] - TARGET_ACCEPT))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step_sizes": torch.as_tensor(self.step_sizes)}
+        return {"step_sizes": torch.tensor(self.step_sizes)}  # a copy: `_adapt` changes the array in place
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step_sizes = state["step_sizes"].cpu().numpy().astype(np.float64).copy()
