@@ -630,7 +630,8 @@ def test_each_objective_resolves_its_own_defaults():
 
 
 @pytest.mark.slow
-def test_kl_and_fab_train_from_a_finished_run_without_data_and_count_their_costs(md_file, tmp_path, cli):
+def test_kl_and_fab_train_from_a_finished_run_without_data_and_count_their_costs(md_file, tmp_path, cli, monkeypatch):
+    from bgp4.generator.fab import FabSampler
     from bgp4.generator.model import load_generator
 
     base = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 20, "energy_steps": 0, "eval_every": 10})
@@ -643,6 +644,14 @@ def test_kl_and_fab_train_from_a_finished_run_without_data_and_count_their_costs
     assert kl.returncode == 0, kl.stderr
     assert "192 target energy evaluations" in kl.stdout  # 3 steps of 64 flow samples
     fab_flags = ("--fab-levels", "2", "--fab-buffer", "128", "--fab-reuse", "2")
+    original, ais_evaluations = FabSampler.run, []
+
+    def counted(self, *args, **kwargs):  # the target evaluations of every AIS run, as it reports them
+        batch = original(self, *args, **kwargs)
+        ais_evaluations.append(batch.evaluations)
+        return batch
+
+    monkeypatch.setattr(FabSampler, "run", counted)
     fab = cli("train", *common, "--objective", "fab", *fab_flags, "--energy-steps", "4", "--out", tmp_path / "fab")
     assert fab.returncode == 0, fab.stderr
     start = load_generator(tmp_path / "ml" / "model.pt").state_dict()
@@ -659,8 +668,11 @@ def test_kl_and_fab_train_from_a_finished_run_without_data_and_count_their_costs
     # the buffer is filled once (an eighth of 128 < one batch: one AIS batch), then one AIS batch per 2 steps
     ais = [r for r in records if r.get("flow_ess") is not None]
     assert [r["global_step"] for r in ais] == [2, 4] and all(r["buffer_size"] >= 64 for r in ais)
-    # each AIS batch: 64 samples evaluated once, then at most 2 moves of each live sample per level
-    assert 2 * 64 <= records[-1]["energy_evaluations"] <= 2 * 64 * (1 + 2 * 2)
+    # each AIS batch: 64 samples evaluated once, then at most 2 moves of each live sample per level;
+    # FAB evaluates the target in its AIS runs only, so the count is exactly theirs
+    assert len(ais_evaluations) == 2 and all(64 <= n <= 64 * (1 + 2 * 2) for n in ais_evaluations)
+    assert records[-1]["energy_evaluations"] == sum(ais_evaluations)
+    assert RunDirectory(tmp_path / "fab").completion()["energy_evaluations"] == sum(ais_evaluations)
 
 
 @pytest.mark.slow
