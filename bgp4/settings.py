@@ -183,7 +183,7 @@ class TrainSettings:
     workers: int = 0  # energy-bridge processes; 0: one per core
     checkpoint_minutes: float = 5.0
     compile: str = "auto"  # torch.compile the likelihood step: auto|on|off (auto: long CPU runs)
-    temperature: float | None = None  # K; only for data files that record none (plain mdtraj files)
+    temperature: float | None = None  # K: of data files that record none; of runs without data (from scratch: needed)
     init: str | None = None  # a finished run to start from (same architecture, data and split)
     augment: bool = False  # relabel interchangeable hydrogens (methyl groups) of training frames at random
     # without data and init (a run from scratch): the molecule and system; "" takes the system's defaults
