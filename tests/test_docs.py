@@ -27,6 +27,7 @@ REFERENCED = (
     "bgp4.simulation.data",
     "bgp4.simulation.energy",
     "bgp4.simulation.molecule",
+    "bgp4.simulation.ladder",
     "bgp4.simulation.remd",
     "bgp4.simulation.structure",
     "bgp4.simulation.system",

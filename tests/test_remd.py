@@ -22,8 +22,13 @@ import pytest
 from bgp4.errors import InputError
 from bgp4.simulation import remd
 from bgp4.simulation.data import load_trajectory, read_settings
+from bgp4.simulation.ladder import (
+    check_replica_exchange,
+    exchange_acceptance,
+    short_iteration_warning,
+    temperature_ladder,
+)
 from bgp4.simulation.md import MDSettings, completed, simulate
-from bgp4.simulation.remd import check_replica_exchange, exchange_acceptance, temperature_ladder
 from bgp4.stage import Stage
 
 TINY = MDSettings(
@@ -171,8 +176,8 @@ def test_file_frames_are_the_lowest_temperatures_walkers(tiny, molecule):
 def test_short_iterations_warn_once_on_stderr(tiny):
     lines = [line for line in tiny.stderr.splitlines() if "redraws velocities" in line]
     assert len(lines) == 1 and "--save-every 500" in lines[0] and "0.02 ps" in lines[0]
-    assert remd.short_iteration_warning(500, 1.0) is None and remd.short_iteration_warning(50, 2.0) is None
-    assert "--save-every 250" in remd.short_iteration_warning(10, 2.0)
+    assert short_iteration_warning(500, 1.0) is None and short_iteration_warning(50, 2.0) is None
+    assert "--save-every 250" in short_iteration_warning(10, 2.0)
 
 
 def test_timestep_error_names_the_limit_of_the_constraints_in_force():

@@ -110,7 +110,7 @@ class MDSettings:
             raise InputError(f"replicas (--replicas) must be >= 1, got {self.replicas}")
         ladder = ""
         if self.replica_exchange:
-            from bgp4.simulation.remd import check_replica_exchange
+            from bgp4.simulation.ladder import check_replica_exchange
 
             ladder = check_replica_exchange(self.replica_exchange, self.temperature, self.replicas)
         if self.seed < 0:
@@ -253,7 +253,7 @@ def _settings_record(s: MDSettings) -> dict:
         "units": {"coordinates": "nm", "potentialEnergy": "kJ/mol", "time": "ps"},
     }
     if s.replica_exchange:
-        from bgp4.simulation.remd import remd_record
+        from bgp4.simulation.ladder import remd_record
 
         del record["replica_seeds"]  # the walkers draw from one seeded stream
         record |= remd_record(s.replica_exchange)
