@@ -36,6 +36,7 @@ REFERENCED = (
     "bgp4.flows.coupling",
     "bgp4.flows.splines",
     "bgp4.flows.p4inv",
+    "bgp4.flows.structure_fit",
     "bgp4.generator.model",
     "bgp4.generator.train",
     "bgp4.generator.sample",

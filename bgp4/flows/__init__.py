@@ -1,4 +1,8 @@
-"""Normalizing-flow layers: the Flow contract, the mixed coordinate transform, affine and spline couplings, P4Inv."""
+"""Normalizing-flow layers: the Flow contract, the mixed coordinate transform, affine and spline couplings, P4Inv.
+
+The coordinate transform is fitted to MD frames (`MixedCoordinateTransform.fit`) or, without
+data, to the molecule's minimized structure with force-field widths (`structure_fit`).
+"""
 
 from bgp4.flows.base import Flow, SequentialFlow, SubsetFlow
 from bgp4.flows.coordinates import MixedCoordinateTransform
