@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The long MD data sets behind the tetrapeptide, hexapeptide and 300 K benchmark studies.
+#
+# Every command resumes where a killed run stopped, so run this script again (or one of its lines)
+# until every file exists. Each line names its cost on the 2-core CPU machine. They share the cores:
+# run them one after another, or at low priority (`nice -n 19`) beside other work.
+#
+#   bash run/long_runs.sh [OUT]        # OUT defaults to data/
+set -euo pipefail
+out="${1:-data}"
+mkdir -p "$out"
+
+# Issue 26: alanine tetrapeptide at 600 K, implicit solvent, X-H bonds constrained; 2 x 100 ns,
+# 100 fs between frames (2,000,000 frames, 42 atoms). About 0.55 ns/min per replica: 3 h on both cores.
+bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-600K-200ns.h5" \
+  --frames 2000000 --save-every 50 --replicas 2 --seed 0 --quiet
+
+# Issue 27: alanine dipeptide at 300 K without constraints (60 flow dims), replica exchange over
+# 300, 378, 476 and 600 K, 0.5 ps per iteration: 25 ns kept at 300 K (100 ns of MD). About 1.2 h on one core.
+bgp4 simulate --out "$out/ala2-300K-remd.h5" --temperature 300 --constraints none \
+  --replica-exchange 300:600:4 --frames 50000 --save-every 500 --equilibration-ps 100 --seed 0 --quiet
+
+# Issue 27: the plain 300 K MD that checks the replica-exchange data (python run/scripts/remd_check.py):
+# 2 x 200 ns, 1 ps per frame. About 3 h on both cores.
+bgp4 simulate --out "$out/ala2-300K-md.h5" --temperature 300 --constraints none \
+  --frames 400000 --save-every 1000 --replicas 2 --equilibration-ps 100 --seed 0 --quiet
