@@ -48,6 +48,7 @@ REFERENCED = (
     "bgp4.analysis.estimators",
     "bgp4.analysis.metrics",
     "bgp4.analysis.plots",
+    "bgp4.analysis.plots_training",
     "bgp4.report.analyze",
     "bgp4.report.aggregate",
     "bgp4.sweep.runner",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bgp4.analysis import estimators as analysis
-from bgp4.analysis import plots
+from bgp4.analysis import plots, plots_training
 from bgp4.errors import InputError
 
 RNG = np.random.default_rng(0)
@@ -157,7 +157,7 @@ def test_training_curves(tmp_path, drawn):
     records.append({"step": 600, "train_nll": None, "test_nll": "n/a", "energy": float("nan")})
     records.append({"note": "no step or numbers at all"})
     stem = tmp_path / "training"
-    _check_written(plots.training_curves(records, stem), stem)
+    _check_written(plots_training.training_curves(records, stem), stem)
     nll_ax, energy_ax, residual_ax = [ax for ax in drawn[0].axes if ax.get_visible()]
     assert energy_ax.get_yscale() == "symlog" and residual_ax.get_yscale() == "log"
     medians = [r["energy_median_kT"] for r in records if "energy_median_kT" in r]
@@ -167,11 +167,127 @@ def test_training_curves(tmp_path, drawn):
     assert low < -5.0 and high < 100.0  # the 1e5 kT mean does not set the scale
     # records with the mean only (older runs) still give an energy panel
     drawn.clear()
-    plots.training_curves([{"step": s, "energy": float(s)} for s in range(5)], tmp_path / "mean")
+    plots_training.training_curves([{"step": s, "energy": float(s)} for s in range(5)], tmp_path / "mean")
     assert [line.get_label() for line in drawn[0].axes[1].get_lines()][-1] == "mean sample energy"
     # Only a likelihood column, or nothing at all.
-    _check_written(plots.training_curves([{"train_nll": 1.0}, {"train_nll": 0.5}], tmp_path / "nll"), tmp_path / "nll")
-    _check_written(plots.training_curves([], tmp_path / "blank"), tmp_path / "blank")
+    nll = plots_training.training_curves([{"train_nll": 1.0}, {"train_nll": 0.5}], tmp_path / "nll")
+    _check_written(nll, tmp_path / "nll")
+    _check_written(plots_training.training_curves([], tmp_path / "blank"), tmp_path / "blank")
+
+
+def _mixed_records() -> list[dict]:
+    """Metrics-log rows of a mixed run as `finish_training` maps them: likelihood phase, then the
+    energy phase with the reverse-KL quantities mixed logs too (batch ESS, out of domain, KL)."""
+    records = []
+    for step in range(0, 1200, 100):
+        row = {"global_step": step, "phase": "ml" if step < 800 else "energy", "train_nll": -100.0 - step / 100}
+        row.update(test_nll=row["train_nll"] + 1.0, energy_evaluations=max(0, step - 800) * 256, md_frames=step * 256)
+        row["p4inv_last_residual"] = 10.0 ** (-6 - step / 600)
+        if step >= 800:
+            median = -3.0 + 0.1 * RNG.normal()
+            row.update(energy_kT=median + 2.0, energy_median_kT=median, energy_q10_kT=median - 2.0)
+            row.update(energy_q90_kT=median + 5.0, reverse_kl=150.0 - step / 100, batch_ess=0.3, out_of_domain=0.01)
+        records.append(row)
+    return records
+
+
+def _fab_records() -> list[dict]:
+    """Metrics-log rows of FAB after a likelihood run (`--init`), as the run logs them."""
+    records = [{"global_step": 0, "phase": "ml", "step": 0, "test_nll": -146.8, "energy_evaluations": 0}]
+    for step in range(100, 500, 100):
+        row = {"global_step": step, "phase": "energy", "step": step, "ais_acceptance": 0.65, "ais_ess": 0.15}
+        row.update(buffer_nll=-146.5 - step / 1000, buffer_size=64.0 * step, fab_loss=-129.0 - step / 100)
+        row.update(flow_ess=0.35 + step / 4000, log_weight_adjust=-0.16, test_nll=-146.8)
+        row["energy_evaluations"] = 1300 * step
+        records.append(row)
+    return records
+
+
+def _finish(tmp_path, objective, records):
+    """Draw `records` through `finish_training`'s mapping, for a run of `objective`."""
+    from types import SimpleNamespace
+
+    from bgp4.generator.train import finish_training
+
+    run = SimpleNamespace(records=lambda: records, file=lambda name: tmp_path / name, finish=lambda summary: None)
+    finish_training(SimpleNamespace(run=run, s=SimpleNamespace(objective=objective)), {})
+    _check_written([tmp_path / "training.png", tmp_path / "training.pdf"], tmp_path / "training")
+
+
+def _labels(ax):
+    """The legend labels of an axes' lines (the energy-phase marker has none)."""
+    return [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+def _layout(fig):
+    """(y label, x label, y scale) of every visible panel, in order (twin axes included)."""
+    return [(ax.get_ylabel(), ax.get_xlabel(), ax.get_yscale()) for ax in fig.axes if ax.get_visible()]
+
+
+def test_training_curves_of_a_mixed_run_keep_their_panels(tmp_path, drawn):
+    """The objectives without sampling panels (ml, mixed) draw the three panels they always had,
+    in one row, although mixed logs a batch ESS, a KL and energy evaluations too."""
+    before = [
+        ("negative log-likelihood", "optimizer step", "linear"),
+        ("sample energy [$k_BT$]", "optimizer step", "symlog"),
+        ("P4Inv inverse residual", "optimizer step", "log"),
+    ]
+    for objective in ("mixed", "ml"):
+        drawn.clear()
+        _finish(tmp_path / objective, objective, _mixed_records())
+        assert _layout(drawn[0]) == before
+        assert len({round(ax.get_position().y0, 3) for ax in drawn[0].axes}) == 1  # one row
+        assert all(ax.get_shared_x_axes().joined(drawn[0].axes[0], ax) for ax in drawn[0].axes)
+
+
+def test_training_curves_of_a_fab_run_show_ess_against_evaluations(tmp_path, drawn):
+    records = _fab_records()
+    _finish(tmp_path, "fab", records)
+    layout = _layout(drawn[0])
+    assert [y for y, _, _ in layout] == [
+        "negative log-likelihood",
+        "reverse ESS / share",
+        "reverse ESS",
+        "energy-phase loss [nats]",
+        "replay buffer [samples]",
+        "mean log weight adjustment",
+    ]  # no sample energy: FAB logs none, so there is no empty energy panel
+    assert [x for _, x, _ in layout[:5]] == ["optimizer step"] * 2 + ["target energy evaluations"] + [
+        "optimizer step"
+    ] * 2
+    nll_ax, ess_ax, evaluations_ax, loss_ax, _, _ = [ax for ax in drawn[0].axes if ax.get_visible()]
+    lines = {line.get_label(): line for line in ess_ax.get_lines()}
+    energy_phase = records[1:]
+    assert np.allclose(lines["ESS, flow samples"].get_ydata(), [r["flow_ess"] for r in energy_phase])
+    assert np.allclose(lines["ESS, AIS batch"].get_xdata(), [r["global_step"] for r in energy_phase])
+    assert "AIS acceptance" in lines and "out of domain" not in lines
+    # ESS against the cumulative energy evaluations: the x of each point is the evaluations so far
+    flow = {line.get_label(): line for line in evaluations_ax.get_lines()}["ESS, flow samples"]
+    assert np.allclose(flow.get_xdata(), [r["energy_evaluations"] for r in energy_phase])
+    assert not evaluations_ax.get_shared_x_axes().joined(evaluations_ax, ess_ax)
+    assert ess_ax.get_shared_x_axes().joined(nll_ax, ess_ax) and loss_ax.get_shared_x_axes().joined(nll_ax, loss_ax)
+    assert _labels(nll_ax) == ["replay buffer (FAB)", "test"]
+    assert _labels(loss_ax) == ["FAB loss"]
+
+
+def test_training_curves_of_a_kl_run_without_data(tmp_path, drawn):
+    """kl from scratch: its batch ESS is the flow's ESS; no likelihood at all, so no empty panel."""
+    records = [{"global_step": 0, "phase": "ml", "step": 0, "test_nll": None, "energy_evaluations": 0}]
+    for step in (10, 20, 30):
+        row = {"global_step": step, "phase": "energy", "step": step, "batch_ess": 0.1, "out_of_domain": 0.0}
+        row.update(energy_kT=30.0, energy_median_kT=-1.4, energy_q10_kT=-7.7, energy_q90_kT=7.2)
+        row.update(reverse_kl=149.0, test_nll=None, energy_evaluations=256 * step)
+        records.append(row)
+    _finish(tmp_path, "kl", records)
+    assert [y for y, _, _ in _layout(drawn[0])] == [
+        "sample energy [$k_BT$]",
+        "reverse ESS / share",
+        "reverse ESS",
+        "energy-phase loss [nats]",
+    ]
+    ess_ax, loss_ax = [ax for ax in drawn[0].axes if ax.get_visible()][1::2]
+    assert _labels(ess_ax) == ["ESS, flow samples", "out of domain"]
+    assert _labels(loss_ax) == ["reverse KL (up to log Z)"]
 
 
 def test_style_does_not_leak(tmp_path):

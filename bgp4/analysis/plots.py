@@ -1,4 +1,4 @@
-"""Figures of the analysis stage (paper figure 6 and training curves).
+"""Figures of the analysis stage (paper figure 6); the training curves are in `bgp4.analysis.plots_training`.
 
 Every function takes plain arrays, writes `<stem>.png` and `<stem>.pdf` and returns both paths.
 Figures are built on `matplotlib.figure.Figure` objects (never pyplot), so nothing stays open and
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,10 @@ from bgp4.errors import InputError
 
 __all__ = [
     "STYLE",
-    "ENERGY_LINTHRESH",
     "FORMATS",
     "energy_violins",
     "ramachandran_panels",
     "free_energy_phi",
-    "training_curves",
 ]
 
 #: rcParams shared by all figures (applied temporarily, see `_styled`).
@@ -51,8 +49,6 @@ STYLE: dict[str, Any] = {
     "pdf.fonttype": 42,  # TrueType in PDFs keeps text editable
     "image.cmap": "viridis",
 }
-#: Sample energies (kT) within +-ENERGY_LINTHRESH are drawn on a linear scale, beyond on a log scale.
-ENERGY_LINTHRESH = 10.0
 #: Formats written for every figure.
 FORMATS = ("png", "pdf")
 _PI_TICKS = (-np.pi, -np.pi / 2, 0.0, np.pi / 2, np.pi)
@@ -291,133 +287,3 @@ def free_energy_phi(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: s
     ax.set_ylabel("free energy $F(\\varphi)$ [$k_BT$]")
     ax.legend(loc="best")
     return _save(fig, path)
-
-
-# --------------------------------------------------------------------------- training curves
-
-
-def _series(
-    records: Sequence[Mapping[str, Any]], key: str, keep: Callable[[Mapping[str, Any]], bool] = lambda r: True
-) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of the rows where `key` holds a finite number; a missing step is the row index."""
-    steps, values = [], []
-    for index, record in enumerate(records):
-        if key not in record or not keep(record):
-            continue
-        try:
-            value = float(record[key])
-            step = float(record.get("step", index))
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(value) and math.isfinite(step):
-            steps.append(step)
-            values.append(value)
-    return np.asarray(steps), np.asarray(values)
-
-
-def _running_mean(values: np.ndarray, window: int) -> np.ndarray:
-    """Trailing mean over `window` rows (shorter at the start), same length as `values`."""
-    sums = np.cumsum(np.concatenate([[0.0], values]))
-    index = np.arange(1, values.size + 1)
-    start = np.maximum(index - window, 0)
-    return (sums[index] - sums[start]) / (index - start)
-
-
-def _robust_ylim(ax: Any, values: Iterable[np.ndarray]) -> None:
-    """Limit y to [min, 98th percentile] (plus margin) so early spikes do not flatten the curve."""
-    pooled = np.concatenate([v for v in values if v.size]) if any(v.size for v in values) else np.zeros(0)
-    if pooled.size < 2:
-        return
-    low, high = float(pooled.min()), float(np.quantile(pooled, 0.98))
-    margin = 0.05 * max(high - low, 1e-12)
-    ax.set_ylim(low - margin, high + margin)
-
-
-def _plot_noisy(ax: Any, steps: np.ndarray, values: np.ndarray, color: str, label: str) -> None:
-    """Raw values faintly, a running mean on top (window ~1 % of the run)."""
-    ax.plot(steps, values, color=color, alpha=0.25, lw=0.6)
-    ax.plot(steps, _running_mean(values, max(1, values.size // 100)), color=color, label=label)
-
-
-@_styled
-def training_curves(records: Sequence[Mapping[str, Any]], path: str | Path) -> list[Path]:
-    """Training curves from metrics-log rows.
-
-    Args:
-        records: dicts with any of: step, phase ("ml" / "energy"), train_nll, test_nll,
-            energy (mean sample energy, kT), energy_median_kT, energy_q10_kT, energy_q90_kT
-            (sample-energy quantiles, kT), p4inv_residual. Missing, None or non-numeric entries
-            are skipped.
-        path: output stem; writes `<stem>.png` and `<stem>.pdf`.
-
-    Panels: negative log-likelihood (train per phase, test as markers), then sample energy and
-    the P4Inv inverse residual (log scale) when the records hold them. The energy panel shows the
-    median with a 10-90 % band where the records hold quantiles (else the mean) on a symlog axis
-    (linear within +-10 kT), so a rare 1e5 kT sample cannot flatten it. A dotted line marks the
-    start of the energy phase.
-    """
-
-    energy, band, energy_label = _energy_series(records)
-    residual = _series(records, "p4inv_residual")
-    residual = (residual[0][residual[1] > 0], residual[1][residual[1] > 0])  # a log axis
-    extra = [name for name, series in (("energy", energy), ("residual", residual)) if series[1].size]
-    fig, axes = _new_figure(1 + len(extra), panel_size=(3.6, 2.8), sharex=True)
-    _nll_panel(axes[0], records)
-    for ax, name in zip(axes[1:], extra):
-        if name == "energy":
-            _energy_panel(ax, energy, band, energy_label)
-        else:
-            ax.plot(*residual, ".-", color="C4", ms=3)
-            ax.set_yscale("log")
-            ax.set_ylabel("P4Inv inverse residual")
-    energy_start = _series(records, "step", _in_phase("energy"))[1]
-    for ax in axes:
-        ax.set_xlabel("optimizer step")
-        if energy_start.size:
-            ax.axvline(energy_start.min(), color="0.5", ls=":", lw=0.8)
-    return _save(fig, path)
-
-
-def _in_phase(name: str) -> Callable[[Mapping[str, Any]], bool]:
-    """Keeps the metrics-log rows of one training phase ("ml" / "energy"; rows without one are "ml")."""
-    return lambda record: record.get("phase", "ml") == name
-
-
-_Series = tuple[np.ndarray, np.ndarray]
-
-
-def _energy_series(records: Sequence[Mapping[str, Any]]) -> tuple[_Series, list[_Series] | None, str]:
-    """The sample energy to draw (kT), its 10-90 % band (None without quantiles) and its label."""
-    energy = _series(records, "energy_median_kT")
-    if not energy[1].size:  # records without quantiles
-        return _series(records, "energy"), None, "mean sample energy"
-    band = [_series(records, key) for key in ("energy_q10_kT", "energy_q90_kT")]
-    return energy, band, "median sample energy"
-
-
-def _nll_panel(ax: Any, records: Sequence[Mapping[str, Any]]) -> None:
-    """Training NLL per phase (noisy, with a running mean) and the test NLL as markers."""
-    nll_ml = _series(records, "train_nll", _in_phase("ml"))
-    nll_energy = _series(records, "train_nll", _in_phase("energy"))
-    nll_test = _series(records, "test_nll")
-    for (steps, values), colour, label in ((nll_ml, "C0", "train (ML)"), (nll_energy, "C3", "train (ML + energy)")):
-        if values.size:
-            _plot_noisy(ax, steps, values, colour, label)
-    if nll_test[1].size:
-        ax.plot(*nll_test, "o", color="C1", ms=3, label="test")
-    _robust_ylim(ax, [nll_ml[1], nll_energy[1], nll_test[1]])
-    ax.set_ylabel("negative log-likelihood")
-    if ax.lines:
-        ax.legend(loc="upper right")
-    else:
-        ax.text(0.5, 0.5, "no likelihood records", transform=ax.transAxes, ha="center", va="center")
-
-
-def _energy_panel(ax: Any, energy: _Series, band: list[_Series] | None, label: str) -> None:
-    """Sample energy on a symlog axis (linear within +-ENERGY_LINTHRESH kT), with its band if complete."""
-    if band is not None and band[0][1].size == band[1][1].size == energy[1].size:
-        ax.fill_between(energy[0], band[0][1], band[1][1], color="C2", alpha=0.2, lw=0, label="10-90 %")
-    _plot_noisy(ax, *energy, "C2", label)
-    ax.set_yscale("symlog", linthresh=ENERGY_LINTHRESH)
-    ax.set_ylabel("sample energy [$k_BT$]")
-    ax.legend(loc="upper right")

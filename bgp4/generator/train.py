@@ -24,7 +24,7 @@ from typing import Any
 
 from bgp4._rng import PrivateRNG
 from bgp4._stop import StopRequest
-from bgp4.analysis.plots import training_curves
+from bgp4.analysis.plots_training import training_curves
 from bgp4.errors import InputError
 from bgp4.generator.checkpoint import Checkpoint
 from bgp4.generator.loop import COMPILE_MIN_STEPS, LOG_EVERY, TrainingLoop
@@ -361,6 +361,9 @@ def _checked_data(s: TrainSettings) -> tuple[TrajectoryData, Any]:
 def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
     """Draw training.png/.pdf and write complete.json (last: its presence marks the run complete)."""
     run = trainer.run
+    # the ESS of the flow's own samples draws the sampling panels: fab logs it, kl as its batch
+    # ESS; mixed logs a batch ESS too, but its figure keeps the panels it always had
+    flow_ess = "batch_ess" if trainer.s.objective == "kl" else "flow_ess"
     training_curves(
         [
             {
@@ -368,6 +371,7 @@ def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
                 "step": r["global_step"],
                 "energy": r.get("energy_kT"),
                 "p4inv_residual": r.get("p4inv_last_residual"),
+                "flow_ess": r.get(flow_ess),
             }
             for r in run.records()
         ],
