@@ -5,7 +5,8 @@ Modules:
     residues: every residue's backbone torsions (phi, psi), for any peptide.
     estimators: sample-quality metrics (Ramachandran histograms, free energies, distances, MD block errors).
     metrics: one JSON-ready dict of metrics per generator (per residue too).
-    plots: the figures of the analysis stage; plots_residues: the per-residue Ramachandran figure.
+    plots: the figures of the analysis stage; plots_residues: the per-residue Ramachandran figure;
+        plots_training: the training curves (`bgp4 train`'s training.png).
 
 Nothing here reads a run directory; energies are reduced (kT) unless a name says kJ/mol.
 """
