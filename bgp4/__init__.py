@@ -1,4 +1,4 @@
-"""bgp4: Boltzmann generators for alanine dipeptide with P4Inv invertible linear layers."""
+"""bgp4: Boltzmann generators for peptides (alanine dipeptide and beyond) with P4Inv invertible linear layers."""
 
 __all__ = ["__version__"]
 
