@@ -313,3 +313,16 @@ def test_every_preset_holds_valid_settings():
             assert TrainSettings(model=model, **pipeline.preset_train_settings(name, model)).validated().model == model
         for model, refine in preset.get("refine", {}).items():
             assert model in preset["models"] and RefineSettings(**refine).validated().levels > 0
+
+
+def test_analyze_against_other_md_of_the_same_molecule_uses_its_frames_for_forward_ess(trained_run, tmp_path):
+    """Another MD file of the same molecule and system: analyze works, and the forward ESS is
+    computed on that file's own frames (independent of training), with a note saying so."""
+    _, run = trained_run
+    other = tmp_path / "other.h5"
+    simulate(other, MDSettings(frames=300, equilibration_ps=1.0, replicas=1, seed=9), progress=False)
+    metrics = analyze(other, [run], tmp_path / "report", workers=1)
+    (summary,) = metrics["models"].values()
+    assert "not the run's training data" in summary["forward_ess_note"]
+    assert summary["forward_ess_frames"] == 300 and summary["forward_ess"] is not None
+    assert 0.0 <= summary["forward_ess"] <= 1.0
