@@ -16,23 +16,36 @@ def molecule():
     return alanine_dipeptide()
 
 
-@pytest.fixture(scope="session")
-def md_frames(molecule):
-    """3,000 frames of 600 K Langevin MD (Reference platform), (n, 22, 3) float64 nm, and energies in kJ/mol."""
+def langevin_frames(molecule, seed: int, n: int, every: int, equilibrate: int, minimize: bool = True):
+    """n frames of 600 K Langevin MD of `molecule` (Reference platform, 2 fs), `every` steps apart
+    after `equilibrate` steps: positions (n, atoms, 3) float64 nm and energies (n,) kJ/mol."""
     integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
-    integrator.setRandomNumberSeed(1234)
+    integrator.setRandomNumberSeed(seed)
     context = openmm.Context(molecule.system, integrator, openmm.Platform.getPlatformByName("Reference"))
     context.setPositions(molecule.positions)
-    openmm.LocalEnergyMinimizer.minimize(context)
-    context.setVelocitiesToTemperature(600.0, 1234)
-    integrator.step(5000)
+    if minimize:
+        openmm.LocalEnergyMinimizer.minimize(context)
+    context.setVelocitiesToTemperature(600.0, seed)
+    integrator.step(equilibrate)
     frames, energies = [], []
-    for _ in range(3000):
-        integrator.step(10)
+    for _ in range(n):
+        integrator.step(every)
         state = context.getState(getPositions=True, getEnergy=True)
         frames.append(state.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer))
         energies.append(state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole))
     return np.asarray(frames, dtype=np.float64), np.asarray(energies, dtype=np.float64)
+
+
+@pytest.fixture(scope="session")
+def langevin():
+    """`langevin_frames`, for test modules that simulate another molecule."""
+    return langevin_frames
+
+
+@pytest.fixture(scope="session")
+def md_frames(molecule):
+    """3,000 frames of 600 K Langevin MD (Reference platform), (n, 22, 3) float64 nm, and energies in kJ/mol."""
+    return langevin_frames(molecule, seed=1234, n=3000, every=10, equilibrate=5000)
 
 
 @pytest.fixture
@@ -52,3 +65,14 @@ def cli():
         return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one thread for a module of toy-sized batches (`pytest.mark.usefixtures`)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

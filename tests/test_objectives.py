@@ -20,14 +20,8 @@ from bgp4.generator.replay import ReplayBuffer
 from bgp4.generator.targets import GeneratorTarget
 from bgp4.settings import TrainSettings
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Toy batches are tiny: torch's thread wake-ups would cost more than the arithmetic."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Toy batches are tiny: torch's thread wake-ups would cost more than the arithmetic.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class Shifted(nn.Module):

@@ -41,21 +41,9 @@ def tetrapeptide():
 
 
 @pytest.fixture(scope="module")
-def tetra_frames(tetrapeptide):
+def tetra_frames(tetrapeptide, langevin):
     """200 frames of 600 K Langevin MD of the tetrapeptide (Reference platform), (200, 42, 3) float64 nm."""
-    integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
-    integrator.setRandomNumberSeed(4321)
-    context = openmm.Context(tetrapeptide.system, integrator, openmm.Platform.getPlatformByName("Reference"))
-    context.setPositions(tetrapeptide.positions)
-    context.setVelocitiesToTemperature(600.0, 4321)
-    integrator.step(500)
-    frames = []
-    for _ in range(200):
-        integrator.step(5)
-        frames.append(
-            context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
-        )
-    return np.asarray(frames, dtype=np.float64)
+    return langevin(tetrapeptide, seed=4321, n=200, every=5, equilibrate=500, minimize=False)[0]
 
 
 def test_nerf_places_bond_angle_and_torsion():

@@ -54,13 +54,8 @@ def _log_z(lw: np.ndarray, idx=None) -> np.ndarray:
     return logsumexp(lw, axis=-1) - math.log(lw.shape[-1])
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Toy batches are tiny: torch's thread wake-ups would cost more than the arithmetic."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Toy batches are tiny: torch's thread wake-ups would cost more than the arithmetic.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
