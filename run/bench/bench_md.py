@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+# Spawned bare workers re-import this module: they find bgp4 from a plain checkout too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def _bare(steps: int, platform: str, molecule_name: str, barrier, results) -> None:
