@@ -3,7 +3,14 @@
 #
 # Every command resumes where a killed run stopped, so run this script again (or one of its lines)
 # until every file exists. Each line names its cost on the 2-core CPU machine. They share the cores:
-# run them one after another, or at low priority (`nice -n 19`) beside other work.
+# run them one after another, or at low priority beside other work. On Linux with automatic
+# process groups (/proc/sys/kernel/sched_autogroup_enabled = 1, the default on most desktops and
+# these machines) `nice -n 19` only ranks processes within one terminal session; against work
+# started from another session the niced runs still take an equal share of the cores, and a torch
+# training run with 2 threads beside them slowed 30-40-fold (0.13 s to 4-7 s per spline step).
+# Lower the session's whole group instead:
+#
+#   setsid bash run/long_runs.sh OUT > long_runs.log 2>&1 &  echo 19 > /proc/$!/autogroup
 #
 #   bash run/long_runs.sh [OUT]        # OUT defaults to data/
 set -euo pipefail
