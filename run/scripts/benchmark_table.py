@@ -1,0 +1,115 @@
+"""bgp4's rows beside the field's published table (reverse ESS at 300 K, no constraints).
+
+The published rows are von Klitzing et al. 2025 ("constrained mass transport", table 1), whose
+lineage is FAB (Midgley et al. 2023) and TA-BG (Schopmans and Friederich 2025): reverse ESS with
+the largest 1e-4 of the log weights clipped before the Kish formula, Ramachandran TV for alanine
+dipeptide. bgp4's rows come from `bgp4 sweep` reports (one per molecule, every model over its
+seeds, with 95 % Student-t intervals), on the metrics `bgp4 analyze` computes the table's way.
+
+    python run/scripts/benchmark_table.py --dipeptide SWEEP [--tetrapeptide SWEEP] [--out table.md]
+
+SWEEP is a sweep directory or its `report/` folder. Prints a Markdown table; `--out` writes it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["PUBLISHED", "PUBLISHED_TV", "bgp4_rows", "render"]
+
+#: Published reverse ESS (%), 300 K, no constraints: {method: (alanine dipeptide, tetrapeptide)}.
+PUBLISHED: dict[str, tuple[float, float]] = {
+    "maximum likelihood": (82.1, 45.3),
+    "reverse KL": (94.1, 75.1),
+    "FAB": (94.8, 63.6),
+    "TA-BG": (95.8, 65.8),
+    "CMT": (97.7, 68.6),
+}
+#: Published Ramachandran TV of alanine dipeptide.
+PUBLISHED_TV: dict[str, float] = {"maximum likelihood": 1.09e-2, "CMT": 9.4e-3}
+
+#: (metric key in the sweep report, column header, format)
+COLUMNS = (
+    ("reverse_ess_clipped", "reverse ESS, clipped (%)", "pct"),
+    ("reverse_ess", "reverse ESS (%)", "pct"),
+    ("forward_ess", "forward ESS (%)", "pct"),
+    ("ramachandran_tv", "Ramachandran TV", "sci"),
+    ("energy_evals_per_sample", "evaluations per sample", "num"),
+    ("train_energy_evaluations", "training evaluations", "sci"),
+)
+
+
+def _load(path: Path) -> dict:
+    for candidate in (path / "report" / "metrics.json", path / "metrics.json", path):
+        if candidate.is_file():
+            summary = json.loads(candidate.read_text())
+            if "metrics" in summary and "models" in summary:
+                return summary
+    raise SystemExit(f"{path}: no sweep report (report/metrics.json from `bgp4 sweep`)")
+
+
+def _cell(stats: dict | None, kind: str) -> str:
+    if not stats or stats.get("mean") is None:
+        return "-"
+    scale = 100.0 if kind == "pct" else 1.0
+    fmt = {"pct": "{:.1f}", "sci": "{:.3g}", "num": "{:.1f}"}[kind]
+    text = fmt.format(stats["mean"] * scale)
+    if stats.get("low") is not None:
+        text += f" [{fmt.format(stats['low'] * scale)}, {fmt.format(stats['high'] * scale)}]"
+    return text
+
+
+def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
+    """(model, cells in COLUMNS order, seeds) for every model of a sweep report."""
+    rows = []
+    for model in summary["models"]:
+        cells, seeds = [], 0
+        for key, _, kind in COLUMNS:
+            stats = summary["metrics"].get(key, {}).get("models", {}).get(model)
+            seeds = max(seeds, (stats or {}).get("n", 0))
+            cells.append(_cell(stats, kind))
+        rows.append((model, cells, seeds))
+    return rows
+
+
+def render(sweeps: dict[str, dict]) -> str:
+    """Markdown: the published table, then bgp4's rows per molecule."""
+    lines = [
+        "| reverse ESS, 300 K (published) | alanine dipeptide | alanine tetrapeptide | Ramachandran TV (dipeptide) |",
+        "|---|---|---|---|",
+    ]
+    for method, (di, tetra) in PUBLISHED.items():
+        tv = PUBLISHED_TV.get(method)
+        lines.append(f"| {method} | {di:.1f} % | {tetra:.1f} % | {'-' if tv is None else f'{tv:.3g}'} |")
+    for molecule, summary in sweeps.items():
+        lines += ["", f"bgp4, {molecule} (mean over seeds [95 % interval]):", ""]
+        lines.append("| model | seeds | " + " | ".join(header for _, header, _ in COLUMNS) + " |")
+        lines.append("|---|---|" + "---|" * len(COLUMNS))
+        for model, cells, seeds in bgp4_rows(summary):
+            lines.append(f"| {model} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dipeptide", type=Path, help="sweep on alanine dipeptide, 300 K, no constraints")
+    parser.add_argument("--tetrapeptide", type=Path, help="sweep on alanine tetrapeptide, 300 K, no constraints")
+    parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
+    args = parser.parse_args()
+    sweeps = {
+        name: _load(path)
+        for name, path in (("alanine dipeptide", args.dipeptide), ("alanine tetrapeptide", args.tetrapeptide))
+        if path is not None
+    }
+    if not sweeps:
+        parser.error("give --dipeptide and/or --tetrapeptide")
+    table = render(sweeps)
+    print(table, end="")
+    if args.out is not None:
+        args.out.write_text(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""run/scripts/benchmark_table.py: bgp4's sweep rows beside the published 300 K table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "run" / "scripts" / "benchmark_table.py"
+
+
+def _summary() -> dict:
+    def stats(mean, low, high, n=3):
+        return {"mean": mean, "low": low, "high": high, "n": n}
+
+    return {
+        "models": ["spline", "spline +AIS(20)"],
+        "metrics": {
+            "reverse_ess_clipped": {
+                "models": {"spline": stats(0.8, 0.75, 0.85), "spline +AIS(20)": stats(0.97, 0.96, 0.98)}
+            },
+            "reverse_ess": {"models": {"spline": stats(0.79, 0.74, 0.84)}},
+            "ramachandran_tv": {"models": {"spline": stats(0.011, 0.01, 0.012)}},
+            "energy_evals_per_sample": {"models": {"spline": stats(1.0, None, None, 1)}},
+        },
+    }
+
+
+def test_table_lists_published_rows_and_each_sweep_model(tmp_path):
+    sweep = tmp_path / "sweep" / "report"
+    sweep.mkdir(parents=True)
+    (sweep / "metrics.json").write_text(json.dumps(_summary()))
+    out = tmp_path / "table.md"
+    args = [sys.executable, str(SCRIPT), "--dipeptide", str(sweep.parent), "--out", str(out)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    table = out.read_text()
+    assert table == done.stdout
+    assert "| maximum likelihood | 82.1 % | 45.3 % | 0.0109 |" in table
+    assert "| CMT | 97.7 % | 68.6 % | 0.0094 |" in table
+    assert "| spline | 3 | 80.0 [75.0, 85.0] | 79.0 [74.0, 84.0] | - | 0.011 [0.01, 0.012] | 1.0 | - |" in table
+    assert "| spline +AIS(20) | 3 | 97.0 [96.0, 98.0] |" in table
+
+
+def test_no_sweep_is_an_error(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dipeptide", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode != 0 and "no sweep report" in done.stderr
