@@ -12,7 +12,7 @@ import torch
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
 from bgp4.flows.torsions import _sparsest_cut
-from bgp4.simulation.molecule import constrained_bonds
+from bgp4.simulation.atoms import constrained_bonds
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from torch import nn
 from bgp4.errors import InputError
 from bgp4.flows import AffineCoupling, P4InvLinear, Swap
 from bgp4.generator.model import build_generator, load_generator, n_parameters
-from bgp4.simulation.molecule import constrained_bonds
+from bgp4.simulation.atoms import constrained_bonds
 
 
 def _perturb(model: nn.Module, scale: float = 0.05, seed: int = 0) -> None:

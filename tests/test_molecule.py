@@ -3,7 +3,8 @@ import openmm
 import pytest
 
 from bgp4.errors import InputError
-from bgp4.simulation.molecule import PHI, PSI, alanine_dipeptide, constrained_bonds, get_molecule, kT, molecule_of
+from bgp4.simulation.atoms import constrained_bonds
+from bgp4.simulation.molecule import PHI, PSI, alanine_dipeptide, get_molecule, kT, molecule_of
 
 
 def test_pdb_energy_matches_reference(molecule):
@@ -51,8 +52,8 @@ def test_molecules_are_looked_up_by_the_name_files_record(molecule):
 
 
 def test_rotor_hydrogens_are_the_methyl_groups_and_relabelling_keeps_the_energy(molecule, md_frames):
+    from bgp4.simulation.atoms import rotor_hydrogens
     from bgp4.simulation.data import relabel_rotors
-    from bgp4.simulation.molecule import rotor_hydrogens
 
     triples = rotor_hydrogens(molecule)
     assert triples == [(0, 2, 3), (11, 12, 13), (19, 20, 21)]

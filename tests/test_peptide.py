@@ -11,8 +11,9 @@ import torch
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
 from bgp4.generator.model import build_generator
+from bgp4.simulation.atoms import constrained_bonds
 from bgp4.simulation.data import read_settings
-from bgp4.simulation.molecule import PEPTIDES, constrained_bonds, get_molecule, molecule_name
+from bgp4.simulation.molecule import PEPTIDES, get_molecule, molecule_name
 from bgp4.simulation.peptide import AMINO_ACIDS, build_capped_peptide, check_sequence, place_atom
 from bgp4.simulation.zmatrix import backbone_torsion_rows, torsion_row, with_automatic_zmatrix
 

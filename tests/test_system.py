@@ -9,15 +9,10 @@ import pytest
 
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
+from bgp4.simulation.atoms import constrained_bonds
 from bgp4.simulation.data import read_settings
 from bgp4.simulation.md import MDSettings, _differing
-from bgp4.simulation.molecule import (
-    check_same_molecule,
-    constrained_bonds,
-    get_molecule,
-    molecule_of,
-    pdb_molecule,
-)
+from bgp4.simulation.molecule import check_same_molecule, get_molecule, molecule_of, pdb_molecule
 from bgp4.simulation.system import SystemSpec
 
 DIPEPTIDE_PDB = "bgp4/simulation/resources/alanine-dipeptide.pdb"

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from bgp4.flows import MixedCoordinateTransform
-from bgp4.simulation.molecule import PHI, PSI, constrained_bonds, pdb_molecule
+from bgp4.simulation.atoms import constrained_bonds
+from bgp4.simulation.molecule import PHI, PSI, pdb_molecule
 from bgp4.simulation.zmatrix import automatic_zmatrix, backbone_torsion_rows, torsion_row, with_automatic_zmatrix
 
 

@@ -17,7 +17,8 @@ import torch
 
 from bgp4.errors import InputError
 from bgp4.flows.geometry import kabsch
-from bgp4.simulation.molecule import Molecule, constrained_bonds, constraint_free_layout
+from bgp4.simulation.atoms import constrained_bonds, constraint_free_layout
+from bgp4.simulation.molecule import Molecule
 
 __all__ = ["ZMatrixLayout", "molecule_layout", "rigid_pca", "rigid_reference"]
 

@@ -21,7 +21,7 @@ Flow coordinates, (batch, n_dims), in this order: free bonds, angles, torsions, 
               t = cut + pi + torsion_mean + torsion_std * y   for narrow torsions (standardized;
                 in the domain while |torsion_mean + torsion_std * y| < pi)
 With `fix_constrained` every constrained bond of the system is fixed at its constraint length: the
-rigid block and z-matrix come from `bgp4.simulation.molecule.constraint_free_layout`, so no constrained pair
+rigid block and z-matrix come from `bgp4.simulation.atoms.constraint_free_layout`, so no constrained pair
 is left as a flow dimension (48 dims for alanine dipeptide instead of 60).
 
 Directions follow the generator (z -> x): `forward` / `to_cartesian` map flow coordinates to

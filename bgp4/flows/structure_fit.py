@@ -42,7 +42,8 @@ import torch
 from bgp4.errors import InputError
 from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.geometry import bond_angle, dihedral, frames_view
-from bgp4.simulation.molecule import constrained_bonds, kT
+from bgp4.simulation.atoms import constrained_bonds
+from bgp4.simulation.molecule import kT
 from bgp4.simulation.structure import minimize
 
 if TYPE_CHECKING:

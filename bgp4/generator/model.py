@@ -28,7 +28,8 @@ from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
 from bgp4.flows.structure_fit import fit_to_structure
 from bgp4.kinds import KINDS, get_kind
-from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, constrained_bonds, get_molecule, molecule_of
+from bgp4.simulation.atoms import constrained_bonds
+from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, get_molecule, molecule_of
 from bgp4.simulation.zmatrix import with_automatic_zmatrix
 
 __all__ = [

@@ -34,9 +34,10 @@ from bgp4.generator.rundir import MODEL, RunDirectory, check_init, check_init_mo
 from bgp4.generator.training_data import TEST_FRAMES, TrainingData
 from bgp4.platform import resolve_device
 from bgp4.settings import TrainSettings, changed_settings, settings_record
+from bgp4.simulation.atoms import rotor_hydrogens
 from bgp4.simulation.data import TrajectoryData, load_trajectory, resolve_temperature
 from bgp4.simulation.energy import OpenMMEnergy
-from bgp4.simulation.molecule import Molecule, get_molecule, molecule_name, pdb_molecule, rotor_hydrogens
+from bgp4.simulation.molecule import Molecule, get_molecule, molecule_name, pdb_molecule
 from bgp4.simulation.system import SystemSpec
 from bgp4.stage import refuse_changes
 

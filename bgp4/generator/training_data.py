@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bgp4.simulation.atoms import rotor_hydrogens
 from bgp4.simulation.data import relabel_rotors, train_test_split
-from bgp4.simulation.molecule import rotor_hydrogens
 
 if TYPE_CHECKING:
     from bgp4.generator.model import BoltzmannGenerator

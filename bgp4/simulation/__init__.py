@@ -4,6 +4,7 @@ Modules:
     molecule: the molecules bgp4 knows (built-in, sequence, PDB file) with their OpenMM system,
         topology, structure and z-matrix.
     system: force field, solvent and constraints of a molecule's OpenMM system.
+    atoms: what a system says of its atoms: held bonds, a layout free of them, methyl-like rotors.
     structure: structures made ready for MD (hydrogens, force-field checks, minimization).
     md: Langevin MD in replica processes, resumable at any moment.
     remd: replica exchange (parallel tempering) with openmmtools' multistate sampler.

@@ -162,7 +162,7 @@ def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarra
 def relabel_rotors(xyz: np.ndarray, triples: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     """Frames (B, n_atoms, 3) with the atoms of each triple relabelled cyclically, shift[b, t] in {0, 1, 2}.
 
-    triples (T, 3) atom indices (`bgp4.simulation.molecule.rotor_hydrogens`); atom `triples[t][i]` of frame b
+    triples (T, 3) atom indices (`bgp4.simulation.atoms.rotor_hydrogens`); atom `triples[t][i]` of frame b
     takes the position of atom `triples[t][(i + shifts[b, t]) % 3]`. Shift 0 leaves a frame as it
     is. For interchangeable atoms this is the same physical configuration under another labelling,
     of the same energy: a data augmentation that keeps frames on the Boltzmann distribution.

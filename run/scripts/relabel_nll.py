@@ -3,7 +3,7 @@
     python run/scripts/relabel_nll.py RUN [--data D] [--frames 20000] [--seed 0]
 
 For each split (the run's own train/test split) it scores the same random frames three ways:
-as simulated, and with every methyl-like hydrogen triple (`bgp4.simulation.molecule.rotor_hydrogens`)
+as simulated, and with every methyl-like hydrogen triple (`bgp4.simulation.atoms.rotor_hydrogens`)
 relabelled by one and by two positions. The relabelled frames have the same energy, so a model
 of the Boltzmann density should score them alike; a training NLL that is lower only on the frames
 as simulated shows memorized frames (what `bgp4 train --augment` counters). Prints mean NLL in
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from bgp4.generator.model import load_generator
+from bgp4.simulation.atoms import rotor_hydrogens
 from bgp4.simulation.data import load_trajectory, relabel_rotors
-from bgp4.simulation.molecule import rotor_hydrogens
 
 
 def main() -> None:
