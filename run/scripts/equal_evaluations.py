@@ -1,0 +1,110 @@
+"""Reverse ESS against the target energy evaluations spent, per objective, from a sweep over objectives.
+
+The field compares generators at an equal number of energy evaluations, with the MD frames a
+generator learned from counted as evaluations (one per MD step behind each frame). For every run
+of a `bgp4 sweep --objectives ...` directory this draws:
+
+- the final point: the run's reverse ESS from its own `report/metrics.json` (`bgp4 analyze`, the raw
+  generator's samples) at x = MD evaluations of the frames it drew + its training evaluations;
+- for objectives that sample the flow while training (kl, fab), the curve of the flow samples' ESS
+  logged during training (`metrics.jsonl`, flow_ess) at the evaluations spent so far.
+
+Prints one line per run (objective, seed, evaluations, ESS) and writes FIG.png and FIG.pdf.
+
+    python run/scripts/equal_evaluations.py SWEEP [--out FIG]    # FIG defaults to SWEEP/report/equal-evaluations
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+__all__ = ["run_points", "sweep_points", "draw"]
+
+
+def _raw_entry(report: dict) -> dict:
+    """The raw generator's metrics in a run's analyze report (not its AIS-refined samples)."""
+    for name, entry in report["models"].items():
+        if "+AIS" not in name and "refined" not in name:
+            return entry
+    raise SystemExit("a run report without a raw generator's metrics")
+
+
+def run_points(run: Path) -> dict:
+    """{final: (evaluations, ess), curve: [(evaluations, flow_ess), ...]} of one sweep run."""
+    entry = _raw_entry(json.loads((run / "report" / "metrics.json").read_text()))
+    frames = entry.get("train_md_frames") or 0
+    md_evals = entry.get("train_md_frames_energy_evaluations") or 0
+    per_frame = md_evals / frames if frames else 0.0
+    final = (md_evals + (entry.get("train_energy_evaluations") or 0), entry.get("reverse_ess"))
+    curve = []
+    log = run / "metrics.jsonl"
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("flow_ess") is not None:
+                spent = per_frame * (row.get("md_frames") or 0) + (row.get("energy_evaluations") or 0)
+                curve.append((spent, row["flow_ess"]))
+    return {"final": final, "curve": curve}
+
+
+def sweep_points(sweep: Path) -> dict[str, dict[int, dict]]:
+    """{objective: {seed: run_points}} of every finished run of a sweep over objectives."""
+    spec = json.loads((sweep / "sweep.json").read_text())
+    runs = spec.get("runs") or {}
+    if not isinstance(runs, dict):
+        raise SystemExit(f"{sweep}: not a sweep over objectives (bgp4 sweep --objectives ml,mixed,kl,fab)")
+    out: dict[str, dict[int, dict]] = {}
+    for name, info in runs.items():
+        if (sweep / "runs" / name / "report" / "metrics.json").is_file():
+            out.setdefault(info["objective"], {})[int(info["seed"])] = run_points(sweep / "runs" / name)
+    return out
+
+
+def draw(points: dict[str, dict[int, dict]], stem: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    for i, (objective, seeds) in enumerate(sorted(points.items())):
+        colour = f"C{i}"
+        for j, (_, run) in enumerate(sorted(seeds.items())):
+            if run["curve"]:
+                x, y = zip(*run["curve"])
+                ax.plot(x, y, color=colour, alpha=0.5, lw=1)
+            x, y = run["final"]
+            ax.plot([x], [y], "o", color=colour, label=objective if j == 0 else None)
+    ax.set_xscale("log")
+    ax.set_xlabel("target energy evaluations (MD frames counted by their MD steps)")
+    ax.set_ylabel("reverse ESS")
+    ax.set_ylim(0, 1)
+    ax.legend(title="objective (dots: end of training)")
+    fig.tight_layout()
+    for suffix in (".png", ".pdf"):
+        fig.savefig(stem.with_suffix(suffix), dpi=150)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep", type=Path)
+    parser.add_argument("--out", type=Path, help="figure stem (default SWEEP/report/equal-evaluations)")
+    args = parser.parse_args()
+    points = sweep_points(args.sweep)
+    if not points:
+        raise SystemExit(f"{args.sweep}: no finished run with a report")
+    for objective, seeds in sorted(points.items()):
+        for seed, run in sorted(seeds.items()):
+            evals, ess = run["final"]
+            print(f"{objective} seed {seed}: {evals:.3g} evaluations, reverse ESS {ess:.3f}")
+    stem = args.out or args.sweep / "report" / "equal-evaluations"
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    draw(points, stem)
+    print(f"figure: {stem.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
