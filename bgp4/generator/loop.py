@@ -234,7 +234,7 @@ class TrainingLoop:
         self.optimizer.step()
         with self.rng:  # a P4Inv merge redraws v
             self.scheduler.step()
-        return info
+        return {**info, "grad_norm": float(norm)}  # before clipping: whether --clip-grad binds
 
     # -- the loop ------------------------------------------------------------------------
     def advance(self, energy) -> dict[str, Any] | None:
