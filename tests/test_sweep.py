@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from bgp4.errors import InputError
-from bgp4.report.aggregate import paired_difference, render, summarize_sweep, t_interval
-from bgp4.settings import MODELS, TrainSettings
+from bgp4.report.aggregate import collect, paired_difference, render, summarize_sweep, t_interval
+from bgp4.settings import MODELS, RefineSettings, TrainSettings
 from bgp4.sweep.runner import plan_sweep
 
 REAL_DATA = Path("/work/main/out/data/ala2-600K.h5")
@@ -216,6 +216,50 @@ def test_objectives_are_an_axis_of_the_sweep(data_file, tmp_path):
     assert not (tmp_path / "u").exists()
 
 
+def test_refinement_is_part_of_every_run_and_of_its_done_check(data_file, tmp_path):
+    base = TrainSettings(steps=10)
+    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp"], 2, base, 100, refine=RefineSettings(levels=3, steps=0))
+    assert all(r.refine["levels"] == 3 and r.refine["steps"] == 0 for r in plan.runs)
+    assert plan.record()["refine"] == plan.runs[0].refine
+    assert all(r.refine == {} for r in plan_sweep(tmp_path / "t", data_file, ["rnvp"], 1, base, 100).runs)
+    assert all(
+        r.refine == {}
+        for r in plan_sweep(tmp_path / "t", data_file, ["rnvp"], 1, base, 100, refine=RefineSettings()).runs
+    )
+    with pytest.raises(InputError, match="--refine"):
+        plan_sweep(tmp_path / "u", data_file, ["rnvp"], 1, base, 100, refine=RefineSettings(levels=-1))
+    # a run finished without refinement is not done once refinement is asked for, and the reverse
+    run = plan.runs[0]
+    Path(run.path).mkdir(parents=True)
+    run.stage().finish({"train": run.train, "sample": run.sample, "refine": {}})
+    assert not run.done
+    run.stage().finish({"train": run.train, "sample": run.sample, "refine": run.refine})
+    assert run.done
+    assert not (tmp_path / "u").exists()
+
+
+def test_refined_samples_are_a_variant_of_their_run_in_the_report(tmp_path):
+    entry = {"reverse_ess": 0.5, "mean_energy_kT": -3.0}
+    runs = {f"spline-s{s}": {"model": "spline", "kind": "spline", "objective": "ml", "seed": s} for s in (0, 1)}
+    record = {"data": "d.h5", "models": ["spline", "rnvp"], "seeds": [0, 1], "runs": runs}
+    (tmp_path / "sweep.json").write_text(json.dumps(record))
+    for seed in (0, 1):
+        report = tmp_path / "runs" / f"spline-s{seed}" / "report"
+        report.mkdir(parents=True)
+        models = {"spline": entry, "spline +AIS(5)": {**entry, "reverse_ess": 0.9 + seed / 100}}
+        (report / "metrics.json").write_text(
+            json.dumps({"models": models, "kT_kJ_per_mol": 4.99, "low_energy_threshold_kT": 10.0})
+        )
+    record, collected = collect(tmp_path)
+    assert record["models"] == ["spline", "spline +AIS(5)", "rnvp"]
+    assert [collected["spline +AIS(5)"][s]["values"]["reverse_ess"] for s in (0, 1)] == [0.9, 0.91]
+    assert collected["spline +AIS(5)"][0]["samples"].name == "samples-refined.h5"
+    assert collected["spline"][1]["samples"].name == "samples.h5" and collected["rnvp"] == {}
+    summary = summarize_sweep(record["models"], collected)
+    assert summary["reverse_ess"]["models"]["spline +AIS(5)"]["mean"] == pytest.approx(0.905)
+    assert summary["reverse_ess"]["paired"]["spline +AIS(5)"]["n"] == 2
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -223,6 +267,8 @@ def test_objectives_are_an_axis_of_the_sweep(data_file, tmp_path):
         (["--seeds", "0"], "--seeds"),
         (["--objectives", "ml,nonsense"], "unknown objective(s) nonsense (--objectives)"),
         (["--objectives", "kl,fab", "--fab-buffer", "0"], "fab_buffer (--fab-buffer) must be in"),
+        (["--refine", "-1"], "levels (--refine) must be a non-negative integer"),
+        (["--refine", "5", "--refine-steps", "0", "--refine-independence", "0"], "the levels would not move"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(data_file, tmp_path, args, message):
@@ -308,6 +354,25 @@ def test_a_sweep_over_objectives_reports_each_variant(data_file, tmp_path):
     metrics = json.loads((out / "report" / "metrics.json").read_text())
     assert set(metrics["metrics"]["reverse_ess"]["models"]) == set(variants)
     assert metrics["metrics"]["reverse_ess"]["paired"]["rnvp-fab"]["n"] == 2  # against the first variant, ml
+
+
+@pytest.mark.slow
+def test_a_refined_sweep_reports_each_model_raw_and_after_ais(data_file, tmp_path):
+    args = ["sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp", "--seeds", "2", *TINY]
+    result = _cli(*args, "--refine", "2", "--refine-steps", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "s"
+    for seed in (0, 1):
+        run = out / "runs" / f"rnvp-s{seed}"
+        assert (run / "samples-refined.h5").exists() and "refine: refined" in (run / "log.txt").read_text()
+    metrics = json.loads((out / "report" / "metrics.json").read_text())
+    assert metrics["models"] == ["rnvp", "rnvp +AIS(2)"]
+    ess = metrics["metrics"]["reverse_ess"]["models"]["rnvp +AIS(2)"]
+    assert ess["n"] == 2 and 0 < ess["mean"] <= 1
+    evals = metrics["metrics"]["energy_evals_per_sample"]["models"]
+    assert evals["rnvp"]["mean"] == 1 and evals["rnvp +AIS(2)"]["mean"] > 1
+    again = _cli(*args, "--refine", "2", "--refine-steps", "0", cwd=tmp_path)
+    assert again.returncode == 0 and "all 2 runs are complete" in again.stdout
 
 
 @pytest.mark.slow

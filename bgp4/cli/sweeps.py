@@ -15,7 +15,7 @@ from bgp4.cli.md import MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
 from bgp4.errors import InputError
 from bgp4.pipeline import PRESETS, run_pipeline
-from bgp4.settings import SampleSettings, TrainSettings, merge_settings, read_config_file
+from bgp4.settings import RefineSettings, SampleSettings, TrainSettings, merge_settings, read_config_file
 from bgp4.simulation.md import MDSettings
 
 __all__ = ["pipeline", "sweep"]
@@ -120,6 +120,24 @@ def sweep(
             "GPUs per run, as Dask worker resources (start workers with --resources GPU=1); 0.5 puts two runs on a GPU."
         ),
     ),
+    refine: int = typer.Option(
+        0,
+        "--refine",
+        help=(
+            "Also refine every run's samples by annealed importance sampling with K levels, as `bgp4 sample "
+            "--refine K`; the report compares '<model> +AIS(K)' beside each model. 0: no refinement."
+        ),
+    ),
+    refine_steps: int = typer.Option(
+        default_of(RefineSettings, "steps"),
+        "--refine-steps",
+        help="MALA moves per refinement level, after the independence moves (0: independence moves alone).",
+    ),
+    refine_independence: int = typer.Option(
+        default_of(RefineSettings, "independence"),
+        "--refine-independence",
+        help="Independence Metropolis moves per refinement level (fresh draws from the generator).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     **settings,
 ) -> None:
@@ -158,5 +176,6 @@ def sweep(
         md=chosen["md"],
         by_model=by_model,
         objectives=[o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,
+        refine=RefineSettings(levels=refine, steps=refine_steps, independence=refine_independence),
     )
     run_sweep(plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo)

@@ -165,7 +165,11 @@ def _numeric_metrics(
 
 
 def collect(sweep_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[int, dict[str, Any]]]]:
-    """(sweep record, model -> seed -> {metrics, run, kT, threshold}) of the runs that have a report."""
+    """(sweep record, variant -> seed -> {values, run, samples, kT, threshold}) of the runs that have
+    a report. A run refined by AIS gives a second variant, "<variant> +AIS(K)" (its refined samples),
+    listed in the record's models right after its own."""
+    from bgp4.generator.sample import default_samples_path, refined_path
+
     sweep_dir = Path(sweep_dir)
     record_path = sweep_dir / "sweep.json"
     if not record_path.exists():
@@ -178,14 +182,18 @@ def collect(sweep_dir: str | Path) -> tuple[dict[str, Any], dict[str, dict[int, 
         if not path.exists():
             continue
         metrics = json.loads(path.read_text())
-        (summary,) = metrics["models"].values()
         complete = Stage(run).completion()  # the training run's summary ({} if unfinished)
-        runs[info["model"]][int(info["seed"])] = {
-            "run": run,
-            "values": _numeric_metrics(summary, complete, metrics.get("torsion_pair")),
-            "kT": metrics["kT_kJ_per_mol"],
-            "threshold": metrics["low_energy_threshold_kT"],
-        }
+        for label, summary in metrics["models"].items():
+            suffix = label[label.index(" +AIS") :] if " +AIS" in label else ""
+            samples = default_samples_path(run)
+            runs.setdefault(info["model"] + suffix, {})[int(info["seed"])] = {
+                "run": run,
+                "samples": refined_path(samples) if suffix else samples,
+                "values": _numeric_metrics(summary, complete, metrics.get("torsion_pair")),
+                "kT": metrics["kT_kJ_per_mol"],
+                "threshold": metrics["low_energy_threshold_kT"],
+            }
+    record["models"] = [v for m in record["models"] for v in runs if v == m or v.startswith(m + " +AIS")]
     return record, runs
 
 
@@ -317,7 +325,6 @@ def seeds_figure(models: list[str], summary: dict[str, Any], path: Path) -> list
 def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, Any]]], path: Path) -> list[Path]:
     """Energy violins: MD, then each model's samples pooled over its seeds (kT)."""
     from bgp4.analysis import plots
-    from bgp4.generator.sample import default_samples_path
     from bgp4.simulation.data import load_trajectory
 
     done = [(m, r) for m in record["models"] for r in runs[m].values()]
@@ -332,9 +339,7 @@ def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, 
     for model in record["models"]:
         if not runs[model]:
             continue
-        energies = [
-            load_trajectory(default_samples_path(r["run"]), n_atoms=n_atoms).energies / kT for r in runs[model].values()
-        ]
+        energies = [load_trajectory(r["samples"], n_atoms=n_atoms).energies / kT for r in runs[model].values()]
         columns[model] = np.concatenate(energies)
         fractions = [r["values"].get("low_energy_fraction") for r in runs[model].values()]
         low[model] = t_interval(fractions)["mean"]

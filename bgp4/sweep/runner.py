@@ -33,7 +33,7 @@ from typing import Any
 from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.report.aggregate import write_sweep_report
-from bgp4.settings import MODELS, OBJECTIVES, SampleSettings, TrainSettings, changed_settings
+from bgp4.settings import MODELS, OBJECTIVES, RefineSettings, SampleSettings, TrainSettings, changed_settings
 from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import local_cluster_size, open_client
@@ -69,6 +69,7 @@ class SweepPlan:
             "seeds": list(self.seeds),
             "train": common,
             "sample": {k: v for k, v in self.runs[0].sample.items() if k != "seed"},
+            "refine": self.runs[0].refine,
             "md": self.md,
             "objectives": list(self.objectives),
             "runs": {
@@ -91,6 +92,7 @@ def plan_sweep(
     md: dict[str, Any] | None = None,
     by_model: dict[str, TrainSettings] | None = None,
     objectives: list[str] | None = None,
+    refine: RefineSettings | None = None,
 ) -> SweepPlan:
     """Check every input and build the runs; raises InputError (and touches nothing) on bad input.
 
@@ -98,6 +100,8 @@ def plan_sweep(
     `by_model` replaces `base` for the models it names (a preset's per-kind sizes); `md` are the
     MD settings used when `data` does not exist yet. `objectives`: with two or more, every model
     trains with each (runs "<model>-<objective>-s<seed>"); one replaces the settings' objective.
+    `refine` (levels > 0): every run's samples are refined by AIS too, and the report compares
+    "<variant> +AIS(K)" beside each variant.
     """
     _check_sweep(models, n_seeds, threads_per_run, gpus_per_run, [base, *(by_model or {}).values()])
     axis = _objective_axis(objectives)
@@ -114,6 +118,8 @@ def plan_sweep(
             "GPU workers"
         )
     seeds = tuple(range(n_seeds))
+    refine = refine.validated() if refine is not None else None  # bad refinement settings fail here too
+    refined = asdict(refine) if refine is not None and refine.levels > 0 else {}
     runs, variants = [], []
     for model in models:
         own = (by_model or {}).get(model, base)
@@ -131,7 +137,8 @@ def plan_sweep(
                     workers=own.workers or threads_per_run,
                     objective=objective,
                 )
-                runs.append(_run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label))
+                spec = _run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label)
+                runs.append(dataclasses.replace(spec, refine=refined))
     return SweepPlan(out, data, tuple(variants), seeds, tuple(runs), md_settings, axis)
 
 

@@ -6,7 +6,7 @@ none of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bgp4.stage import Stage, changed
@@ -27,15 +27,16 @@ LOCK_FILE = "run.lock"
 TASKS_FILE = "sweep-tasks.jsonl"
 #: Settings that say how a run is executed, not what it computes: a resumed sweep may change them.
 EXECUTION_ONLY = ("workers",)
-#: The settings a finished run's marker records, one record each.
-PARTS = ("train", "sample")
+#: The settings a finished run's marker records, one record each (refine: {} when not refined).
+PARTS = ("train", "sample", "refine")
 
 
 @dataclass(frozen=True)
 class RunSpec:
     """One (model, seed) run, or (model, objective, seed) in a sweep over objectives: where it lives
     and everything its task needs (plain, picklable). `label` names its variant in the report:
-    the model, or "<model>-<objective>" when the sweep compares objectives ("" : the model)."""
+    the model, or "<model>-<objective>" when the sweep compares objectives ("" : the model).
+    `refine`: the `RefineSettings` of its AIS refinement after sampling, {} for none."""
 
     name: str
     model: str
@@ -46,6 +47,7 @@ class RunSpec:
     threads: int
     gpus: float
     label: str = ""
+    refine: dict[str, Any] = field(default_factory=dict)
 
     @property
     def variant(self) -> str:

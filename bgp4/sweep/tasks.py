@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.settings import SampleSettings, TrainSettings
+from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.sweep.plugins import stop_asked, trainer_cache
 from bgp4.sweep.spec import LOCK_FILE, LOG_FILE, TASKS_FILE, RunSpec
 
@@ -167,7 +167,7 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
     with _locked_and_logged(run / LOCK_FILE, run / LOG_FILE, "sample and analyze") as say:
         import torch
 
-        from bgp4.generator.sample import sample_run
+        from bgp4.generator.sample import refine_run, sample_run
         from bgp4.report.analyze import analyze
 
         torch.set_num_threads(spec.threads)
@@ -176,6 +176,13 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         say(f"sample: {'sampled' if sampled else 'complete'}; mean energy {samples.get('mean_energy_kT')} kT")
         if stop():
             raise KeyboardInterrupt
+        if spec.refine:
+            refine = RefineSettings(**spec.refine)
+            refined, newly = refine_run(run, SampleSettings(**spec.sample), refine, progress=False)
+            sampled = sampled or newly
+            say(f"refine: {'refined' if newly else 'complete'}; reverse ESS {refined.get('reverse_ess')}")
+            if stop():
+                raise KeyboardInterrupt
         report = run / "report" / "metrics.json"
         analyzed = sampled or not report.exists()
         if analyzed:
@@ -187,6 +194,7 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         payload = {
             "train": spec.train,
             "sample": spec.sample,
+            "refine": spec.refine,
             "host": socket.gethostname(),
             "task_wall_s": round(sum(t["wall_s"] for t in tasks), 2),
             "tasks": len(tasks),
