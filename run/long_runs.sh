@@ -12,6 +12,11 @@
 #
 #   setsid bash run/long_runs.sh OUT > long_runs.log 2>&1 &  echo 19 > /proc/$!/autogroup
 #
+# Even then a torch run with one thread per core loses most of its speed to runnable neighbours
+# (its threads wait for each other at every parallel region): a spline training step ran at 1.1
+# steps/s beside these MD runs at group nice 19, and at 8.8 steps/s with them paused. Pause them
+# for timed work (`kill -STOP PID...`, later `kill -CONT PID...`) or give training one thread less.
+#
 #   bash run/long_runs.sh [OUT]        # OUT defaults to data/
 set -euo pipefail
 out="${1:-data}"
