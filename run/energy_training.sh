@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 28: training with the energy, from the best maximum-likelihood recipe (alanine dipeptide,
+# 600 K, 48 dims): 100 ns of MD, the spline generator with relabelled methyl hydrogens (24,000
+# likelihood steps, 53 min on 2 quiet cores), then FAB from it with the rest of a 2 h training
+# budget, 100,000 samples of each, one report.
+#
+# Resumable: every command continues where a killed one stopped. Time it on quiet cores: other
+# runnable processes slow a 2-thread training several-fold (run/long_runs.sh says why).
+#   bash run/energy_training.sh [OUT] [FAB_STEPS]
+set -euo pipefail
+out="${1:-out/energy}"
+fab_steps="${2:-10000}"
+mkdir -p "$out"
+data="$out/ala2-600K-100ns.h5"
+
+bgp4 simulate --out "$data" --frames 1000000 --save-every 50 --replicas 4 --seed 0 --quiet   # 18.5 min
+bgp4 train --data "$data" --model spline --out "$out/ml" --steps 24000 --energy-steps 0 --batch 512 \
+  --augment --workers 1 --quiet
+bgp4 sample "$out/ml" --n 100000 --workers 2 --quiet
+bgp4 train --data "$data" --init "$out/ml" --model spline --steps 0 --batch 512 --augment \
+  --objective fab --energy-steps "$fab_steps" --eval-every 200 --workers 2 --out "$out/fab" --quiet
+bgp4 sample "$out/fab" --n 100000 --workers 2 --quiet
+bgp4 analyze "$out/ml" "$out/fab" --data "$data" --out "$out/report"
