@@ -12,10 +12,10 @@
 #
 #   setsid bash run/long_runs.sh OUT > long_runs.log 2>&1 &  echo 19 > /proc/$!/autogroup
 #
-# Even then a torch run with one thread per core loses most of its speed to runnable neighbours
-# (its threads wait for each other at every parallel region): a spline training step ran at 1.1
-# steps/s beside these MD runs at group nice 19, and at 8.8 steps/s with them paused. Pause them
-# for timed work (`kill -STOP PID...`, later `kill -CONT PID...`) or give training one thread less.
+# With the group at nice 19 a 2-thread spline training beside these runs kept its quiet speed
+# (8.4-8.9 steps/s, against 8.8 with them paused). Anything else started at normal priority beside
+# a timed run (a test suite, a second training) still costs it several-fold; to be sure, pause the
+# MD runs (`kill -STOP PID...`, later `kill -CONT PID...`).
 #
 #   bash run/long_runs.sh [OUT]        # OUT defaults to data/
 set -euo pipefail
