@@ -98,6 +98,20 @@ def test_failed_replica_is_one_clear_error_and_a_rerun_resumes(tmp_path):
     assert not work.exists()
 
 
+def test_partial_run_resumes_shorter_as_a_fresh_run_of_that_length(tmp_path):
+    settings = MDSettings(frames=40, equilibration_ps=0.1, replicas=2, seed=3, platform="Reference")
+    fresh = load_trajectory(simulate(tmp_path / "fresh.h5", settings, progress=False))
+    out, work = tmp_path / "r.h5", tmp_path / "r.h5.partial"
+    (work / "replica-1.frames").mkdir(parents=True)  # replica 1 fails; replica 0 saves all 40 of its 80
+    longer = MDSettings(**{**settings.__dict__, "frames": 80})
+    with pytest.raises(Bgp4Error, match="replica 1 failed"):
+        simulate(out, longer, progress=False)
+    (work / "replica-1.frames").rmdir()
+    resized = load_trajectory(simulate(out, settings, progress=False))
+    assert read_settings(out)["frames"] == 40 and not work.exists()
+    np.testing.assert_array_equal(resized.xyz, fresh.xyz)
+
+
 def _cli(*args: str, cwd: Path, **popen) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bgp4.cli", *args],

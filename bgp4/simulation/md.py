@@ -260,17 +260,19 @@ def _settings_record(s: MDSettings) -> dict:
     return record
 
 
-def _differing(stored: dict, s: MDSettings, auto_replicas: bool) -> list[str]:
+def _differing(stored: dict, s: MDSettings, auto_replicas: bool, frames: bool = True) -> list[str]:
     """Settings of `s` that `stored` (a settings record) does not share (`bgp4.stage.changed`). With
     `auto_replicas` (the user asked for one replica per core) any replica count matches: it follows
-    the machine's cores."""
+    the machine's cores. With `frames` False the frame count may differ (a partial plain-MD run
+    resumed longer or shorter)."""
     from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
     request = asdict(s)
     # Records of older versions: no molecule, no system but `constraints: HBonds`, no structure file.
     old = {"molecule": DEFAULT_MOLECULE, "pdb": "", "replica_exchange": "", **SystemSpec().record()}
     stored = dict(stored) | {"constraints": str(stored.get("constraints", "hbonds")).lower()}
-    return changed(stored, request, keys=request, neutral=("replicas",) if auto_replicas else (), defaults=old)
+    neutral = ("replicas",) * auto_replicas + ("frames",) * (not frames)
+    return changed(stored, request, keys=request, neutral=neutral, defaults=old)
 
 
 _REPLACE = "pass overwrite=True (--overwrite) to replace it, or choose another output (another --out)"
@@ -315,13 +317,16 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> 
         shutil.rmtree(work.path)
     previous = work.recorded()
     if previous is not None:
+        resizable = not s.replica_exchange  # plain MD: each replica's frames are a prefix of one trajectory
         refuse_changes(
             f"{work.path} holds a partial run",
-            _differing(previous, s, auto_replicas),
+            _differing(previous, s, auto_replicas, frames=not resizable),
             "rerun with its settings to resume, or pass overwrite=True (--overwrite) to discard it",
         )
         if auto_replicas:  # started on a machine with another core count
             s = MDSettings(**(asdict(s) | {"replicas": int(previous["replicas"])}))
+        if resizable and previous.get("frames") != s.frames:
+            work.record(previous | {"frames": s.frames})  # replicas past their new share stop; the rest go on
     else:
         record = _settings_record(s)  # builds the molecule: a structure file it refuses leaves nothing behind
         work.path.mkdir(exist_ok=True)
@@ -354,7 +359,8 @@ def simulate(
         shutil.rmtree(work)
         return out
     done = [_committed(work, r) for r in range(s.replicas)]
-    bar = tqdm(total=s.frames, initial=sum(done), unit="frame", desc="simulate", disable=not progress, smoothing=0.1)
+    held = sum(min(d, s.frames_of(r)) for r, d in enumerate(done))  # a shortened run may hold more
+    bar = tqdm(total=s.frames, initial=held, unit="frame", desc="simulate", disable=not progress, smoothing=0.1)
     try:
         _run_replicas(work, s, done, bar)
     finally:
