@@ -238,7 +238,7 @@ def _density_panel(ax: Any, density: np.ndarray, norm: LogNorm, label: str, n: i
     edges = angle_edges(density.shape[0])
     # pcolormesh wants rows = y (psi); the histogram is indexed [phi, psi].
     ax.pcolormesh(edges, edges, np.ma.masked_less_equal(density.T, 0.0), norm=norm, rasterized=True)
-    ax.set_title(f"{label} (n={n})" if density.any() else f"{label} (no samples)")
+    ax.set_title(f"{label}\n(n = {n:,})" if density.any() else f"{label}\n(no samples)")  # long run names wrap
     _angle_axis(ax, "x")
     _angle_axis(ax, "y")
     ax.set_aspect("equal")
