@@ -110,10 +110,10 @@ def test_residue_ramachandran_draws_a_row_per_residue(tmp_path, monkeypatch):
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
     panels = [ax for ax in figures[0].axes if ax.get_visible() and ax.get_title()]
     assert [ax.get_title() for ax in panels] == [
-        "ALA2: MD (n=800)",
-        "ALA2: model (n=300)",
-        "ALA3: MD (n=800)",
-        "ALA3: model (n=300)",
+        "ALA2: MD\n(n = 800)",
+        "ALA2: model\n(n = 300)",
+        "ALA3: MD\n(n = 800)",
+        "ALA3: model\n(n = 300)",
     ]
     for ax, (phi0, psi0) in zip(panels[::2], centres.values()):  # each row peaks at its residue's basin
         mesh = ax.collections[0]
