@@ -22,3 +22,8 @@ while [ ! -f $R/complete.json ]; do sleep 15; done
     --energy-steps ${FAB_STEPS:-800} --eval-every 200 --workers 2 --out $F --quiet; date -u; } >> $log 2>&1
 { python -m bgp4.cli sample $F --n 100000 --workers 2 --quiet; date -u; } >> $log 2>&1
 { python -m bgp4.cli analyze $R $F --data $D --out $L/ala4-report --workers 2; date -u; } >> $log 2>&1
+#!/bin/bash
+cd /root/bgp4-m8; export PYTHONPATH=/root/bgp4-m8
+L=/root/bgp4-long
+{ date -u; /usr/bin/time -f "wall %e s" python -m bgp4.cli sample $L/ala4-ml-k48 --n 20000 --refine 48 --refine-steps 0 --workers 2 --quiet; date -u;
+  python -m bgp4.cli analyze $L/ala4-ml-k48 --data $L/ala4-600K-100ns.h5 --out $L/ala4-report-k48 --workers 2; date -u; } >> $L/k48.log 2>&1
