@@ -22,12 +22,9 @@ set -euo pipefail
 out="${1:-data}"
 mkdir -p "$out"
 
-# Issue 26: alanine tetrapeptide at 600 K, implicit solvent, X-H bonds constrained; 2 x 50 ns,
-# 100 fs between frames (1,000,000 frames, 42 atoms), the size of alanine dipeptide's 100 ns set.
-# About 0.7 ns/min per replica with both cores to itself (the last 30,000 frames per replica took
-# 4.4 min): about 75 min. (It was begun as 2 x 100 ns and resumed shorter.)
-bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-600K-100ns.h5" \
-  --frames 1000000 --save-every 50 --replicas 2 --seed 0 --quiet
+# Issue 26: the 600 K tetrapeptide and hexapeptide sets (2 x 50 ns each) are the first step of
+# run/peptide_600K.sh, which trains on them (the tetrapeptide: about 0.7 ns/min per replica,
+# so about 75 min on both cores).
 
 # Issue 27: alanine dipeptide at 300 K without constraints (60 flow dims), replica exchange over
 # 300, 378, 476 and 600 K, 0.5 ps per iteration: 25 ns kept at 300 K (100 ns of MD). About 1.2 h on one core.

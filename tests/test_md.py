@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -103,7 +104,7 @@ def test_partial_run_resumes_shorter_as_a_fresh_run_of_that_length(tmp_path):
     fresh = load_trajectory(simulate(tmp_path / "fresh.h5", settings, progress=False))
     out, work = tmp_path / "r.h5", tmp_path / "r.h5.partial"
     (work / "replica-1.frames").mkdir(parents=True)  # replica 1 fails; replica 0 saves all 40 of its 80
-    longer = MDSettings(**{**settings.__dict__, "frames": 80})
+    longer = dataclasses.replace(settings, frames=80)
     with pytest.raises(Bgp4Error, match="replica 1 failed"):
         simulate(out, longer, progress=False)
     (work / "replica-1.frames").rmdir()

@@ -260,10 +260,10 @@ def _settings_record(s: MDSettings) -> dict:
     return record
 
 
-def _differing(stored: dict, s: MDSettings, auto_replicas: bool, frames: bool = True) -> list[str]:
+def _differing(stored: dict, s: MDSettings, auto_replicas: bool, resizable: bool = False) -> list[str]:
     """Settings of `s` that `stored` (a settings record) does not share (`bgp4.stage.changed`). With
     `auto_replicas` (the user asked for one replica per core) any replica count matches: it follows
-    the machine's cores. With `frames` False the frame count may differ (a partial plain-MD run
+    the machine's cores. With `resizable` the frame count may differ too (a partial plain-MD run
     resumed longer or shorter)."""
     from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
@@ -271,7 +271,7 @@ def _differing(stored: dict, s: MDSettings, auto_replicas: bool, frames: bool = 
     # Records of older versions: no molecule, no system but `constraints: HBonds`, no structure file.
     old = {"molecule": DEFAULT_MOLECULE, "pdb": "", "replica_exchange": "", **SystemSpec().record()}
     stored = dict(stored) | {"constraints": str(stored.get("constraints", "hbonds")).lower()}
-    neutral = ("replicas",) * auto_replicas + ("frames",) * (not frames)
+    neutral = [name for name, free in (("replicas", auto_replicas), ("frames", resizable)) if free]
     return changed(stored, request, keys=request, neutral=neutral, defaults=old)
 
 
@@ -320,7 +320,7 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> 
         resizable = not s.replica_exchange  # plain MD: each replica's frames are a prefix of one trajectory
         refuse_changes(
             f"{work.path} holds a partial run",
-            _differing(previous, s, auto_replicas, frames=not resizable),
+            _differing(previous, s, auto_replicas, resizable),
             "rerun with its settings to resume, or pass overwrite=True (--overwrite) to discard it",
         )
         if auto_replicas:  # started on a machine with another core count
