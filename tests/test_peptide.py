@@ -124,6 +124,19 @@ def test_sequence_names(tetrapeptide):
         check_sequence("AZA")
 
 
+def test_sequences_in_three_letter_codes():
+    """Separated codes may be one- or three-letter, any case; a lone three-letter code is refused as
+    ambiguous rather than read as three residues."""
+    assert check_sequence("Ala-Gly-Ser") == check_sequence("ALA GLY,ser") == check_sequence("a-g-S") == "AGS"
+    assert check_sequence("aaa") == "AAA"
+    assert molecule_name("sequence:Ala-Ala-Ala") == "sequence:AAA"
+    for lone in ("ala", "GLY", "Trp"):
+        with pytest.raises(InputError, match="ambiguous"):
+            check_sequence(lone)
+    with pytest.raises(InputError, match="'XYZ' is no amino acid"):
+        check_sequence("Ala-Xyz")
+
+
 @pytest.mark.slow
 def test_every_standard_amino_acid_builds(molecule):
     """All 20 residues match amber99sb-ildn's templates; L-handed, finite and low energy after the minimization."""

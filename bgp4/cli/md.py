@@ -19,7 +19,8 @@ MOLECULE_HELP = (
 )
 SEQUENCE_HELP = (
     "Simulate the capped peptide Ace-SEQ-Nme built from one-letter amino-acid codes (AAA: "
-    "Ace-Ala3-Nme); the data file records it as the molecule sequence:SEQ. Not with --molecule."
+    "Ace-Ala3-Nme), or codes separated by - (Ala-Ala-Ala); the data file records it as the molecule "
+    "sequence:SEQ in one-letter codes. Not with --molecule."
 )
 PDB_HELP = (
     "Simulate the molecule of this PDB (or PDBx/mmCIF) file: any atom order and hydrogen naming "

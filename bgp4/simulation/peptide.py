@@ -13,6 +13,8 @@ quoted); positions returned in nm, energies in kJ/mol.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import openmm.app as app
 
@@ -34,6 +36,8 @@ AMINO_ACIDS = {
     "H": "HIS", "I": "ILE", "L": "LEU", "K": "LYS", "M": "MET", "F": "PHE", "P": "PRO", "S": "SER",
     "T": "THR", "W": "TRP", "Y": "TYR", "V": "VAL",
 }  # fmt: skip
+#: Three-letter code -> one-letter code.
+_THREE_LETTER = {name: letter for letter, name in AMINO_ACIDS.items()}
 
 #: Side-chain heavy atoms beyond CB: (atom, bond partner, angle partner, torsion partner,
 #: bond / Angstrom, angle / degree, torsion / degree). Torsions give the rotamer (chi1 = -60 degrees,
@@ -156,17 +160,35 @@ _ELEMENTS = {"C": app.element.carbon, "N": app.element.nitrogen, "O": app.elemen
 
 
 def check_sequence(sequence: str) -> str:
-    """`sequence` in upper case; raises InputError naming any letter that is not a standard amino acid."""
-    sequence = str(sequence).strip().upper()
-    if not sequence:
+    """`sequence` as upper-case one-letter codes; raises InputError naming any code that is not a
+    standard amino acid.
+
+    One-letter codes run together (`AAA`, any case). Codes separated by `-`, spaces or commas may be
+    one- or three-letter (`Ala-Ala-Ala`, `ALA GLY`, `A-L-A`). A lone three-letter code without a
+    separator (`ala`, `GLY`) is refused as ambiguous: it reads as three residues in one-letter codes.
+
+    >>> check_sequence("Ala-Gly-Ser"), check_sequence("agS")
+    ('AGS', 'AGS')
+    """
+    text = str(sequence).strip().upper()
+    if not text:
         raise InputError("the peptide sequence is empty; give one-letter amino-acid codes such as AAA")
-    bad = sorted({c for c in sequence if c not in AMINO_ACIDS})
+    tokens = [t for t in re.split(r"[-,\s]+", text) if t]
+    if len(tokens) == 1 and text in _THREE_LETTER:
+        raise InputError(
+            f"sequence {str(sequence).strip()!r} is ambiguous: as one-letter codes it is "
+            f"{'-'.join(text)}; write {_THREE_LETTER[text]} for one {text.capitalize()}, "
+            f"or separate the codes ({'-'.join(text)})"
+        )
+    if len(tokens) == 1:
+        tokens = list(text)
+    bad = sorted({t for t in tokens if t not in AMINO_ACIDS and t not in _THREE_LETTER})
     if bad:
         raise InputError(
-            f"sequence {sequence!r}: {', '.join(repr(c) for c in bad)} is no amino acid "
-            f"(one-letter codes: {''.join(sorted(AMINO_ACIDS))})"
+            f"sequence {text!r}: {', '.join(repr(t) for t in bad)} is no amino acid "
+            f"(one-letter codes: {''.join(sorted(AMINO_ACIDS))}, or three-letter codes separated by -)"
         )
-    return sequence
+    return "".join(_THREE_LETTER.get(t, t) for t in tokens)
 
 
 def place_atom(a: np.ndarray, b: np.ndarray, c: np.ndarray, bond: float, angle: float, torsion: float) -> np.ndarray:
@@ -258,6 +280,6 @@ def build_capped_peptide(sequence: str, spec: SystemSpec = SystemSpec()) -> tupl
     Raises InputError for a letter that is no amino acid, a residue that matches no force-field
     template, or a minimized energy that is not finite and low (`prepare_structure`).
     """
-    residues = [AMINO_ACIDS[c] for c in check_sequence(sequence)]
-    topology, heavy = _heavy_topology(residues)
+    sequence = check_sequence(sequence)
+    topology, heavy = _heavy_topology([AMINO_ACIDS[c] for c in sequence])
     return prepare_structure(topology, heavy, spec, label=f"Ace-{sequence}-Nme")
