@@ -2,18 +2,25 @@
 # Issue 27: bgp4's rows on the field's 300 K table (no constraints: 60 dims for alanine dipeptide,
 # 120 for the tetrapeptide): maximum-likelihood spline and spline-p4inv generators, 3 seeds each,
 # raw and refined by AIS (20 levels, independence moves alone), then the table beside the
-# published rows (run/scripts/benchmark_table.py).
+# published rows (run/scripts/benchmark_table.py). Study: run/results/benchmark-300K/.
 #
 # Needs the replica-exchange data of run/long_runs.sh (DATA). Resumable: run it again after a kill.
-# Cost: 6 runs of 24,000 likelihood steps, about 1 h each on one core (two at a time on 2 cores).
-#   bash run/benchmark_300K.sh [OUT] [DATA]
+#
+# STEPS: likelihood steps per run. The dipeptide's 50,000 frames (45,000 to train on) are few for
+# 60 dims: the test NLL is best near 250-500 steps and the reverse ESS falls after 250 (0.28, 0.33,
+# 0.20, 0.14 and 0.01 at 125, 250, 500, 1,000 and 2,000 steps, one seed each). 250 steps take about
+# 2 min per run on one core; the AIS refinement of SAMPLES samples is most of the cost (about
+# 3 min per 20,000 on one core). The tetrapeptide's step count is not yet probed.
+#   bash run/benchmark_300K.sh [OUT] [DATA]          # STEPS=250 SAMPLES=100000 by default
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
+steps="${STEPS:-250}"
+samples="${SAMPLES:-100000}"
 
 for molecule in ala2 ala4; do
   bgp4 sweep --data "$data/$molecule-300K-remd.h5" --models spline,spline-p4inv --seeds 3 \
-    --steps 24000 --batch 512 --augment --objective ml --energy-steps 0 \
+    --steps "$steps" --eval-every 50 --samples "$samples" --batch 512 --augment --objective ml --energy-steps 0 \
     --refine 20 --refine-steps 0 --out "$out/$molecule" --quiet
 done
 python run/scripts/benchmark_table.py --dipeptide "$out/ala2" --tetrapeptide "$out/ala4" --out "$out/table.md"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bgp4.errors import InputError
-from bgp4.report.aggregate import collect, paired_difference, render, summarize_sweep, t_interval
+from bgp4.report.aggregate import _interval, collect, paired_difference, render, summarize_sweep, t_interval
 from bgp4.settings import MODELS, RefineSettings, TrainSettings
 from bgp4.sweep.runner import plan_sweep
 
@@ -87,6 +87,13 @@ def test_t_interval_covers_the_true_mean_at_its_level():
     assert 0.93 < covered / 2000 < 0.97
     single = t_interval([1.5, None, float("nan")])
     assert single["mean"] == 1.5 and single["low"] is None and single["n"] == 1
+
+
+def test_intervals_wider_than_100_format_without_decimals():
+    """A large value with a wide interval (seconds of training over seeds) prints whole numbers; it
+    once asked for negative decimals and the sweep report failed."""
+    assert _interval({"mean": 12345.6, "low": 12211.2, "high": 12480.4, "n": 3}) == "12346 [12211, 12480]"
+    assert _interval({"mean": -146.723, "low": -146.81, "high": -146.64, "n": 3}) == "-146.72 [-146.81, -146.64]"
 
 
 def test_paired_difference_removes_the_shared_seed_effect():

@@ -228,7 +228,8 @@ def _fmt(value: float | None, width: float | None = None) -> str:
     if value is None:
         return "n/a"
     if width is not None and math.isfinite(width) and width > 0 and math.isfinite(value):
-        decimals = 1 - math.floor(math.log10(width))
+        # an interval wider than 10 needs no decimals, never negative ones (a format error)
+        decimals = max(0, 1 - math.floor(math.log10(width)))
         shown = 2 - math.floor(math.log10(abs(value))) if value else 0  # decimals that 3 digits show
         if shown < decimals <= 6:
             return f"{value:.{decimals}f}"
