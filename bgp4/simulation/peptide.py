@@ -174,13 +174,13 @@ def check_sequence(sequence: str) -> str:
     if not text:
         raise InputError("the peptide sequence is empty; give one-letter amino-acid codes such as AAA")
     tokens = [t for t in re.split(r"[-,\s]+", text) if t]
-    if len(tokens) == 1 and text in _THREE_LETTER:
-        raise InputError(
-            f"sequence {str(sequence).strip()!r} is ambiguous: as one-letter codes it is "
-            f"{'-'.join(text)}; write {_THREE_LETTER[text]} for one {text.capitalize()}, "
-            f"or separate the codes ({'-'.join(text)})"
-        )
-    if len(tokens) == 1:
+    if len(tokens) == 1:  # run-together one-letter codes
+        if text in _THREE_LETTER:
+            raise InputError(
+                f"sequence {str(sequence).strip()!r} is ambiguous: as one-letter codes it is "
+                f"{'-'.join(text)}; write {_THREE_LETTER[text]} for one {text.capitalize()}, "
+                f"or separate the codes ({'-'.join(text)})"
+            )
         tokens = list(text)
     bad = sorted({t for t in tokens if t not in AMINO_ACIDS and t not in _THREE_LETTER})
     if bad:
