@@ -34,6 +34,9 @@ class GeneratorKind:
         p4inv: the flow has P4Inv layers (they get a P4InvScheduler in training).
         step_cost: rough cost of one training step per batch frame, relative to rnvp (CPU step
             times of the studies in run/results/); the sweep orders its tasks by it.
+        compile_min_steps: likelihood steps from which `--compile auto` compiles on CPU, about
+            where the compile time (30-70 s) is won back by faster steps (run/bench/bench_flow.py:
+            break-even near 2,700-2,900 steps for the RNVP kinds, 600-860 for the spline kinds).
     """
 
     name: str
@@ -43,6 +46,7 @@ class GeneratorKind:
     circular: bool
     p4inv: bool
     step_cost: float
+    compile_min_steps: int
 
     @property
     def torsions(self) -> str:
@@ -70,10 +74,25 @@ class GeneratorKind:
 KINDS: dict[str, GeneratorKind] = {
     k.name: k
     for k in (
-        GeneratorKind("rnvp", blocks=25, hidden=60, bins=0, circular=False, p4inv=False, step_cost=1.0),
-        GeneratorKind("p4inv", blocks=25, hidden=60, bins=0, circular=False, p4inv=True, step_cost=1.6),
-        GeneratorKind("spline", blocks=6, hidden=256, bins=8, circular=True, p4inv=False, step_cost=6.0),
-        GeneratorKind("spline-p4inv", blocks=6, hidden=256, bins=8, circular=True, p4inv=True, step_cost=6.5),
+        GeneratorKind(
+            "rnvp", blocks=25, hidden=60, bins=0, circular=False, p4inv=False, step_cost=1.0, compile_min_steps=3000
+        ),
+        GeneratorKind(
+            "p4inv", blocks=25, hidden=60, bins=0, circular=False, p4inv=True, step_cost=1.6, compile_min_steps=3000
+        ),
+        GeneratorKind(
+            "spline", blocks=6, hidden=256, bins=8, circular=True, p4inv=False, step_cost=6.0, compile_min_steps=1000
+        ),
+        GeneratorKind(
+            "spline-p4inv",
+            blocks=6,
+            hidden=256,
+            bins=8,
+            circular=True,
+            p4inv=True,
+            step_cost=6.5,
+            compile_min_steps=1000,
+        ),
     )
 }
 

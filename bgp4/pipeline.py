@@ -34,7 +34,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # likelihood phase overfit badly (test NLL -131 after 4,000 steps; -143 with these)
         "md": {"frames": 100_000, "save_every": 25, "equilibration_ps": 20.0},
         # likelihood only: the paper's short energy phase moved no figure in a brief run, and its
-        # steps cost 3 likelihood steps each; runs under 3,000 steps train without torch.compile
+        # steps cost 3 likelihood steps each; rnvp and p4inv under 3,000 steps train without torch.compile
         "train": {"steps": 1_500, "energy_steps": 0, "eval_every": 500},
         "sample": {"n": 10_000},
         "models": ("rnvp", "p4inv", "spline"),

@@ -319,6 +319,33 @@ def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
     assert not trainer.loop.compiled and trainer.loop.batch_nll == trainer.loop.nll
 
 
+@pytest.mark.parametrize(
+    "model, steps, energy_steps, objective, compiles",
+    [
+        ("rnvp", 2999, 0, "ml", False),
+        ("rnvp", 3000, 0, "ml", True),
+        ("spline", 999, 0, "ml", False),
+        ("spline", 1000, 0, "ml", True),
+        ("spline", 500, 600, "kl", False),  # reverse-KL steps never go through the likelihood
+        ("spline", 500, 600, "fab", True),  # FAB's buffer steps do
+    ],
+)
+def test_auto_compile_counts_likelihood_steps_per_kind(
+    md_file, tmp_path, monkeypatch, model, steps, energy_steps, objective, compiles
+):
+    from bgp4.simulation.data import load_trajectory
+
+    # Stands in for the compiler: a distinct callable, so the loop's choice shows without a compile.
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: lambda *args: fn(*args))
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    tiny = {**TINY, "steps": steps, "energy_steps": energy_steps}
+    settings = TrainSettings(data=str(md_file), model=model, objective=objective, **tiny).validated()
+    trainer = Trainer(settings, run, load_trajectory(settings.data))
+    trainer.loop.compile(progress=False)
+    assert trainer.loop.compiled == compiles
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
     import signal

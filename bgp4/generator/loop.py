@@ -24,6 +24,7 @@ import torch
 from bgp4.flows import P4InvScheduler
 from bgp4.generator.losses import grad_norm, likelihood_loss, p4inv_penalty
 from bgp4.generator.objectives import make_objective
+from bgp4.kinds import get_kind
 
 if TYPE_CHECKING:
     from bgp4._rng import PrivateRNG
@@ -32,11 +33,9 @@ if TYPE_CHECKING:
     from bgp4.generator.training_data import TrainingData
     from bgp4.settings import TrainSettings
 
-__all__ = ["COMPILE_MIN_STEPS", "LOG_EVERY", "TrainingLoop"]
+__all__ = ["LOG_EVERY", "TrainingLoop"]
 
 LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
-# Compiling takes about a minute on 2 cores and saves ~25 ms per paper-size step: worth it from here on.
-COMPILE_MIN_STEPS = 3_000
 
 
 class TrainingLoop:
@@ -77,6 +76,11 @@ class TrainingLoop:
     @property
     def total_steps(self) -> int:
         return self.s.steps + self.s.energy_steps
+
+    @property
+    def nll_steps(self) -> int:
+        """Steps whose loss goes through `batch_nll`: likelihood steps, plus mixed or FAB energy steps."""
+        return self.s.steps + (self.s.energy_steps if self.s.objective in ("mixed", "fab") else 0)
 
     @property
     def phase(self) -> str:
@@ -157,7 +161,8 @@ class TrainingLoop:
         Evaluation keeps the eager path: other batch sizes and no_grad would mean more graphs.
         """
         mode = self.s.compile
-        too_short = self.device.type != "cpu" or self.total_steps < COMPILE_MIN_STEPS
+        min_steps = get_kind(self.bg.config["kind"]).compile_min_steps
+        too_short = self.device.type != "cpu" or self.nll_steps < min_steps
         if self.compiled or self.data is None or mode == "off" or (mode == "auto" and too_short):
             return
         if progress:

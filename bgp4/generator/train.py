@@ -27,7 +27,7 @@ from bgp4._stop import StopRequest
 from bgp4.analysis.plots_training import training_curves
 from bgp4.errors import InputError
 from bgp4.generator.checkpoint import Checkpoint
-from bgp4.generator.loop import COMPILE_MIN_STEPS, LOG_EVERY, TrainingLoop
+from bgp4.generator.loop import LOG_EVERY, TrainingLoop
 from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty
 from bgp4.generator.model import build_generator, load_generator, weights_defined
 from bgp4.generator.rundir import MODEL, RunDirectory, check_init, check_init_molecule, init_summary, run_costs
@@ -42,7 +42,6 @@ from bgp4.simulation.system import SystemSpec
 from bgp4.stage import refuse_changes
 
 __all__ = [
-    "COMPILE_MIN_STEPS",
     "LOG_EVERY",
     "TEST_FRAMES",
     "TrainSettings",
