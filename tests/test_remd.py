@@ -180,6 +180,42 @@ def test_short_iterations_warn_once_on_stderr(tiny):
     assert "--save-every 250" in short_iteration_warning(10, 2.0)
 
 
+def _harmonic_wells(n: int, k: float) -> openmm.System:
+    """n independent particles of 1 dalton, each in an isotropic harmonic well (k in kJ/mol/nm^2)."""
+    system = openmm.System()
+    force = openmm.CustomExternalForce("0.5*k*(x^2+y^2+z^2)")
+    force.addGlobalParameter("k", k)
+    for i in range(n):
+        system.addParticle(1.0)
+        force.addParticle(i, [])
+    system.addForce(force)
+    return system
+
+
+def test_velocity_refresh_keeps_langevin_middle_sampling_of_fast_modes():
+    """LangevinMiddle samples a harmonic well's positions exactly at any time step: <U> = 3/2 kT a
+    particle. A mode as fast as a free X-H stretch at 1 fs (dt omega = 0.6) keeps that through the
+    move's velocity refresh at every iteration; redrawing the velocities with OpenMM's
+    setVelocitiesToTemperature instead made it about 1.62 kT (8 % hot) in this setting."""
+    from openmm import unit
+    from openmmtools import cache, states
+
+    from bgp4.simulation._remd_move import SeededLangevinMove
+
+    n, k = 20, 3.6e5  # omega = sqrt(k / m) = 600 / ps
+    thermodynamic_state = states.ThermodynamicState(_harmonic_wells(n, k), 300 * unit.kelvin)
+    sampler_state = states.SamplerState(np.zeros((n, 3)) * unit.nanometer)
+    move = SeededLangevinMove(timestep=1.0 * unit.femtosecond, collision_rate=10.0 / unit.picosecond, n_steps=7)
+    contexts = cache.ContextCache(platform=openmm.Platform.getPlatformByName("Reference"))
+    kT = thermodynamic_state.kT.value_in_unit(unit.kilojoule_per_mole)
+    np.random.seed(0)
+    u = []
+    for _ in range(1100):
+        move.apply(thermodynamic_state, sampler_state, context_cache=contexts)
+        u.append(0.5 * k * np.sum(sampler_state.positions.value_in_unit(unit.nanometer) ** 2) / kT / n)
+    assert np.mean(u[100:]) == pytest.approx(1.5, abs=0.04)  # standard error about 0.007
+
+
 def test_timestep_error_names_the_limit_of_the_constraints_in_force():
     with pytest.raises(
         InputError, match=r"3 fs is too long for constrained X-H bonds \(constraints hbonds\): use at most 2 fs"
