@@ -208,12 +208,41 @@ def test_velocity_refresh_keeps_langevin_middle_sampling_of_fast_modes():
     move = SeededLangevinMove(timestep=1.0 * unit.femtosecond, collision_rate=10.0 / unit.picosecond, n_steps=7)
     contexts = cache.ContextCache(platform=openmm.Platform.getPlatformByName("Reference"))
     kT = thermodynamic_state.kT.value_in_unit(unit.kilojoule_per_mole)
-    np.random.seed(0)
-    u = []
-    for _ in range(1100):
-        move.apply(thermodynamic_state, sampler_state, context_cache=contexts)
-        u.append(0.5 * k * np.sum(sampler_state.positions.value_in_unit(unit.nanometer) ** 2) / kT / n)
-    assert np.mean(u[100:]) == pytest.approx(1.5, abs=0.04)  # standard error about 0.007
+    u, global_state = [], np.random.get_state()
+    np.random.seed(0)  # the move's seeds come from numpy's global stream, as in a run
+    try:
+        for _ in range(1100):
+            move.apply(thermodynamic_state, sampler_state, context_cache=contexts)
+            u.append(0.5 * k * np.sum(sampler_state.positions.value_in_unit(unit.nanometer) ** 2) / kT / n)
+    finally:
+        np.random.set_state(global_state)
+    assert np.mean(u[100:]) == pytest.approx(1.5, abs=0.04)  # standard error about 0.01
+
+
+def test_velocity_refresh_after_an_exchange_scales_the_old_on_step_velocity():
+    """A walker that comes from 600 K to 300 K: its on-step velocity v + dt/2 F/m is scaled by
+    sqrt(300 / 600) before the last half drift is undone, then the new velocities are the seed's
+    Maxwell-Boltzmann draw and the drift is redone with them."""
+    from openmm import unit
+
+    from bgp4.simulation._remd_move import refresh_velocities
+
+    k, dt, seed = 3.6e5, 0.001, 11
+    system = _harmonic_wells(2, k)
+    integrator = openmm.LangevinMiddleIntegrator(300, 1.0, dt)
+    context = openmm.Context(system, integrator, openmm.Platform.getPlatformByName("Reference"))
+    x, v = np.array([[0.01, 0.0, -0.002], [0.0, 0.003, 0.0]]), np.array([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])
+    context.setPositions(x)
+    context.setVelocities(v)
+    refresh_velocities(context, 300 * unit.kelvin, seed, came_from=600.0)
+    kick = 0.5 * dt * (-k * x)  # dt/2 F/m, m = 1 dalton
+    v_scaled = np.sqrt(0.5) * (v + kick) - kick
+    v_new = np.random.default_rng(seed).standard_normal((2, 3)) * np.sqrt(0.0083144626 * 300)
+    state = context.getState(getPositions=True, getVelocities=True)
+    assert np.allclose(state.getVelocities(asNumpy=True)._value, v_new, rtol=1e-6)
+    assert np.allclose(
+        state.getPositions(asNumpy=True)._value, x + 0.5 * dt * (v_new - v_scaled), rtol=1e-6, atol=1e-12
+    )
 
 
 def test_timestep_error_names_the_limit_of_the_constraints_in_force():

@@ -22,21 +22,34 @@ def draw_seed() -> int:
     return int(np.random.randint(1, 2**31 - 1))
 
 
+#: Attribute of an openmmtools SamplerState (one per walker, kept across iterations) holding the
+#: temperature (K) of the walker's last propagation: the temperature its velocities belong to.
+_LAST_TEMPERATURE = "_bgp4_last_temperature_K"
+
+
 class SeededLangevinMove(mcmc.LangevinDynamicsMove):
     """openmmtools' `LangevinDynamicsMove` (OpenMM's LangevinMiddleIntegrator, as plain `bgp4
     simulate` uses) with fresh Maxwell-Boltzmann velocities at the replica's temperature before
-    every propagation, drawn as a full refresh of the integrator's own velocity step; seeded.
+    every propagation, drawn as a full refresh of the integrator's own friction step; seeded.
 
     Velocities must be redrawn: a configuration that moved to another temperature by an exchange
-    would otherwise carry the kinetic energy of its old one. But OpenMM's `setVelocitiesToTemperature`
-    makes the on-step velocity Maxwell-Boltzmann, and LangevinMiddle's on-step velocity is not:
-    its fast modes run cooler than kT (dt omega ~ 0.6 for the X-H stretches at 1 fs without
-    constraints), so each redraw heats them. At 300 K, 1/ps friction and 500 steps per iteration
-    the dipeptide's mean potential energy came out 0.7 kJ/mol above plain MD's (z = 6,
-    run/results/benchmark-300K). The refresh here is instead the integrator's own friction step with
-    all memory lost: the stored velocity (the one after that step) is drawn Maxwell-Boltzmann, and
-    the half drift that followed it is redone, x += dt/2 (v_new - v_old). That is a LangevinMiddle
-    step at infinite friction, which keeps the integrator's sampling as it is.
+    would otherwise carry the kinetic energy of its old one. But OpenMM 8.6's
+    `setVelocitiesToTemperature` makes the on-step velocity Maxwell-Boltzmann (it stores
+    v - dt/2 F/m), and LangevinMiddle's on-step velocity is not: its fast modes run cooler than kT
+    (dt omega ~ 0.6 for the X-H stretches at 1 fs without constraints), so each redraw heats them.
+    At 300 K, 1/ps friction and 500 steps per iteration the dipeptide's mean potential energy came
+    out 0.7 kJ/mol above plain MD's (z = 7, run/results/benchmark-300K). The refresh here is instead
+    the integrator's friction step with all memory lost (`refresh_velocities`): the stored velocity
+    (the one after that step) is drawn Maxwell-Boltzmann, and the half drift that followed it is
+    redone. Without constraints that is exactly a LangevinMiddle step at infinite friction: harmonic
+    modes keep their exact sampling, and anharmonic ones differ from plain MD's only at the size of
+    the integrator's own step error (its stationary state depends slightly on the friction). With
+    constraints the redone drift is exact to first order.
+
+    A walker that was just exchanged carries velocities of its old temperature; `apply` notes the
+    temperature of each walker's last propagation on its sampler state so that the refresh can
+    scale them first. After a resume from storage the first iteration goes without (the note is
+    not stored).
 
     The parent's `reassign_velocities=True` draws velocities with an unseeded OpenMM call and leaves
     the integrator's seed at 0 (OpenMM then picks one at random), so a run could not be repeated.
@@ -48,6 +61,14 @@ class SeededLangevinMove(mcmc.LangevinDynamicsMove):
     def __init__(self, **kwargs):
         kwargs["reassign_velocities"] = False  # the hook below reassigns them, seeded
         super().__init__(**kwargs)
+        self._came_from: float | None = None
+
+    def apply(self, thermodynamic_state, sampler_state, context_cache=None):
+        # openmmtools exchanges thermodynamic states between walkers; a walker's sampler state
+        # stays the same object, so it can remember where its velocities come from.
+        self._came_from = getattr(sampler_state, _LAST_TEMPERATURE, None)
+        super().apply(thermodynamic_state, sampler_state, context_cache=context_cache)
+        setattr(sampler_state, _LAST_TEMPERATURE, thermodynamic_state.temperature.value_in_unit(unit.kelvin))
 
     def _get_integrator(self, thermodynamic_state):
         integrator = super()._get_integrator(thermodynamic_state)
@@ -55,23 +76,39 @@ class SeededLangevinMove(mcmc.LangevinDynamicsMove):
         return integrator
 
     def _before_integration(self, context, thermodynamic_state):
-        refresh_velocities(context, thermodynamic_state.temperature, draw_seed())
+        refresh_velocities(context, thermodynamic_state.temperature, draw_seed(), came_from=self._came_from)
 
 
-def refresh_velocities(context: openmm.Context, temperature: unit.Quantity, seed: int) -> None:
+def refresh_velocities(
+    context: openmm.Context, temperature: unit.Quantity, seed: int, came_from: float | None = None
+) -> None:
     """Maxwell-Boltzmann velocities at `temperature` (seeded by `seed`) for a LangevinMiddleIntegrator's
-    `context`, in place of the velocity after its friction step, with the half drift that followed
-    that step redone at them: x += dt/2 (v_new - v_old) (nm; dt of the context's integrator)."""
+    `context`, in place of the velocity v after its friction step, with the half drift that followed
+    that step redone at them: x += dt/2 (v_new - v) (nm; dt of the context's integrator).
+
+    came_from: the temperature (K) the context's velocities belong to, if not `temperature` (a
+    walker just exchanged). Their on-step part v + dt/2 F/m is then scaled by sqrt(T / came_from)
+    before the half drift is undone, which maps the integrator's stationary state of one
+    temperature onto the other's exactly for harmonic modes.
+    """
     system, integrator = context.getSystem(), context.getIntegrator()
-    old = context.getState(getPositions=True, getVelocities=True)
+    kelvin = temperature.value_in_unit(unit.kelvin)
+    exchanged = came_from is not None and came_from != kelvin
+    old = context.getState(getPositions=True, getVelocities=True, getForces=exchanged)
     v_old = old.getVelocities(asNumpy=True).value_in_unit(unit.nanometer / unit.picosecond)
     masses = np.array([system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(system.getNumParticles())])
-    kT = (unit.MOLAR_GAS_CONSTANT_R * temperature).value_in_unit(unit.kilojoule_per_mole)
-    scale = np.sqrt(np.divide(kT, masses, out=np.zeros_like(masses), where=masses > 0))  # massless sites stay put
-    v_new = np.random.default_rng(seed).standard_normal(v_old.shape) * scale[:, None]
+    inverse_mass = np.divide(1.0, masses, out=np.zeros_like(masses), where=masses > 0)[:, None]  # massless: 0
     half_dt = 0.5 * integrator.getStepSize().value_in_unit(unit.picosecond)
+    if exchanged:
+        kick = (
+            half_dt * old.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer) * inverse_mass
+        )
+        v_old = np.sqrt(kelvin / came_from) * (v_old + kick) - kick
+    kT = (unit.MOLAR_GAS_CONSTANT_R * temperature).value_in_unit(unit.kilojoule_per_mole)
+    v_new = np.random.default_rng(seed).standard_normal(v_old.shape) * np.sqrt(kT * inverse_mass)
     context.setPositions(old.getPositions(asNumpy=True).value_in_unit(unit.nanometer) + half_dt * (v_new - v_old))
     context.setVelocities(v_new)
+    context.computeVirtualSites()
     if system.getNumConstraints():
         tolerance = integrator.getConstraintTolerance()
         context.applyConstraints(tolerance)

@@ -105,7 +105,7 @@ def remd_record(spec: str) -> dict[str, Any]:
         "sampler": "openmmtools.multistate.ParallelTemperingSampler",
         "mixing": MIXING,
         "move": "bgp4.simulation._remd_move.SeededLangevinMove (LangevinMiddleIntegrator, velocities drawn anew "
-        "each iteration as a full refresh of its friction step)",
+        "each iteration as a full refresh of its friction step, scaled after an exchange)",
         "temperatures": temperature_ladder(spec),
         "openmmtools_version": version,
     }

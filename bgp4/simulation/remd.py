@@ -12,9 +12,10 @@ iteration: `--frames` iterations, one frame each, `--save-every` steps apart.
 
 Iteration length. Velocities are drawn anew at every iteration (a configuration that moved to
 another temperature must not keep its old kinetic energy), as a full refresh of the integrator's
-friction step (`SeededLangevinMove`: a plain Maxwell-Boltzmann redraw heated the fast modes). That
-leaves the distribution as plain MD's, but it also acts as a thermostat far stronger than the
-friction when iterations are short: the default
+friction step, with the velocities of a walker just exchanged scaled to its new temperature first
+(`SeededLangevinMove`: a plain redraw with OpenMM's setVelocitiesToTemperature heated the fast
+modes). That leaves the distribution as plain MD's up to the integrator's own step error, but it
+also acts as a thermostat far stronger than the friction when iterations are short: the default
 10 steps (0.01 ps at 1 fs) keep each walker from building momentum across a barrier, and barrier
 crossings slow down. Prefer at least ADVISED_ITERATION_PS (0.5 ps) per iteration, e.g.
 `--save-every 500` at 1 fs; a run with less than WARN_ITERATION_PS (0.1 ps) prints a warning.
