@@ -13,6 +13,8 @@ import openmm
 from openmm import unit
 from openmmtools import mcmc
 
+from bgp4.simulation.molecule import kT
+
 __all__ = ["SeededLangevinMove", "draw_seed", "refresh_velocities"]
 
 
@@ -104,8 +106,7 @@ def refresh_velocities(
             half_dt * old.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer) * inverse_mass
         )
         v_old = np.sqrt(kelvin / came_from) * (v_old + kick) - kick
-    kT = (unit.MOLAR_GAS_CONSTANT_R * temperature).value_in_unit(unit.kilojoule_per_mole)
-    v_new = np.random.default_rng(seed).standard_normal(v_old.shape) * np.sqrt(kT * inverse_mass)
+    v_new = np.random.default_rng(seed).standard_normal(v_old.shape) * np.sqrt(kT(kelvin) * inverse_mass)
     context.setPositions(old.getPositions(asNumpy=True).value_in_unit(unit.nanometer) + half_dt * (v_new - v_old))
     context.setVelocities(v_new)
     context.computeVirtualSites()

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from bgp4.analysis.estimators import N_BLOCKS, backbone_dihedrals, block_standard_error
 from bgp4.simulation.data import load_trajectory
+from bgp4.simulation.molecule import kT
 
 EQUILIBRATION_PS = 20.0
 
@@ -85,7 +86,7 @@ def run_windows(data, out: Path, windows: int, ps: float, k: float) -> list[np.n
     return samples
 
 
-def mbar_p_positive(samples: list[np.ndarray], k: float, kT: float) -> tuple[float, float]:
+def mbar_p_positive(samples: list[np.ndarray], k: float, kt: float) -> tuple[float, float]:
     """Unbiased P(phi > 0) and its standard error from the windows' phi samples (MBAR)."""
     from pymbar import MBAR, timeseries
 
@@ -95,7 +96,7 @@ def mbar_p_positive(samples: list[np.ndarray], k: float, kT: float) -> tuple[flo
     phi = np.concatenate(thinned)
     d = np.abs(phi[None, :] - centres[:, None])
     d = np.minimum(d, 2 * np.pi - d)
-    u_kn = 0.5 * k * d**2 / kT  # the unbiased energy is common to every window and cancels
+    u_kn = 0.5 * k * d**2 / kt  # kt: kJ/mol; the unbiased energy is common to every window and cancels
     mbar = MBAR(u_kn, np.array([len(s) for s in thinned]))
     result = mbar.compute_expectations((phi > 0).astype(float), u_kn=np.zeros(phi.size))
     return float(np.ravel(result["mu"])[0]), float(np.ravel(result["sigma"])[0])
@@ -111,8 +112,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
     data = load_trajectory(args.data, extras=("replica",))
-    kT = 0.0083144626 * data.settings["temperature"]  # kJ/mol
-    p, p_se = mbar_p_positive(run_windows(data, args.out, args.windows, args.ps, args.k), args.k, kT)
+    samples = run_windows(data, args.out, args.windows, args.ps, args.k)
+    p, p_se = mbar_p_positive(samples, args.k, kT(data.settings["temperature"]))
     phi, _ = backbone_dihedrals(data.xyz, data.molecule())
     positive = (phi > 0).astype(float)
     q, q_se = float(positive.mean()), block_standard_error(positive, data.extras.get("replica"), N_BLOCKS)
