@@ -385,7 +385,7 @@ def check_refine(levels: int, steps: int, leapfrog: int, resample_ess: float, in
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise InputError(f"steps (--refine-steps) must be a non-negative integer, got {steps!r}")
     if not isinstance(leapfrog, numbers.Integral) or leapfrog < 1:
-        raise InputError(f"leapfrog (--leapfrog) must be at least 1, got {leapfrog!r}")
+        raise InputError(f"leapfrog (--refine-leapfrog) must be at least 1, got {leapfrog!r}")
     if not 0.0 <= resample_ess <= 1.0:
         raise InputError(f"resample_ess (--resample-ess) must be in [0, 1], got {resample_ess}")
     if not isinstance(independence, numbers.Integral) or independence < 0:

@@ -32,7 +32,7 @@ def default_of(settings: type, name: str):
 DEFAULT_DATA = Path(default_of(TrainSettings, "data"))
 
 app = typer.Typer(
-    help="Boltzmann generators for alanine dipeptide with P4Inv invertible linear layers.",
+    help="Boltzmann generators for peptides (alanine dipeptide and beyond) with P4Inv invertible linear layers.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -77,4 +77,4 @@ def _main(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """Boltzmann generators for alanine dipeptide with P4Inv invertible linear layers."""
+    """Boltzmann generators for peptides (alanine dipeptide and beyond) with P4Inv invertible linear layers."""

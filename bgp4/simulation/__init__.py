@@ -7,6 +7,7 @@ Modules:
     atoms: what a system says of its atoms: held bonds, a layout free of them, methyl-like rotors.
     structure: structures made ready for MD (hydrogens, force-field checks, minimization).
     md: Langevin MD in replica processes, resumable at any moment.
+    ladder: the temperature ladder of replica exchange (TMIN:TMAX:N): parsing, checks, exchange rates.
     remd: replica exchange (parallel tempering) with openmmtools' multistate sampler.
     data: trajectory files (mdtraj HDF5) with the run's settings.
     energy: OpenMM energies and forces as numpy arrays or a differentiable torch function.
