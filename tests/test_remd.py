@@ -391,3 +391,36 @@ def test_umbrella_mbar_recovers_a_known_p_phi_positive():
     p, se = umbrella.mbar_p_positive(samples, k, kT)
     assert 0.05 < truth < 0.5 and 0 < se < 0.02
     assert abs(p - truth) < 4 * se
+
+
+@pytest.mark.slow
+def test_merge_data_script_concatenates_frames_of_one_target(tiny_run, tmp_path):
+    """run/scripts/merge_data.py: frames in order, the first file's system, no per-frame MD cost;
+    files at different temperatures are refused."""
+    md = replace(TINY, replica_exchange="", frames=200, replicas=1, save_every=10, equilibration_ps=0.1)
+    simulate(tmp_path / "md.h5", md, progress=False)
+    script = Path(__file__).resolve().parents[1] / "run" / "scripts" / "merge_data.py"
+    out = tmp_path / "merged.h5"
+    done = subprocess.run(
+        [sys.executable, str(script), str(out), str(tiny_run), str(tmp_path / "md.h5")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    merged, first, second = (load_trajectory(p) for p in (out, tiny_run, tmp_path / "md.h5"))
+    assert merged.n_frames == first.n_frames + second.n_frames == 220
+    np.testing.assert_array_equal(merged.xyz, np.concatenate([first.xyz, second.xyz]))
+    assert merged.settings["frames"] == 220 and "save_every" not in merged.settings
+    assert [m["frames"] for m in merged.settings["merged_from"]] == [20, 200]
+    assert merged.molecule().name == first.molecule().name
+    hot = replace(md, temperature=md.temperature + 50.0)
+    simulate(tmp_path / "hot.h5", hot, progress=False)
+    refused = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "m2.h5"), str(tmp_path / "md.h5"), str(tmp_path / "hot.h5")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0 and "different temperatures" in refused.stderr
+    assert not (tmp_path / "m2.h5").exists()
