@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +224,26 @@ def test_objectives_are_an_axis_of_the_sweep(data_file, tmp_path):
     assert not (tmp_path / "u").exists()
 
 
+def test_init_names_a_sweep_whose_run_of_each_model_and_seed_starts_each_run(data_file, tmp_path):
+    base = TrainSettings(steps=0, energy_steps=10, objective="kl")
+    with pytest.raises(InputError, match="holds no sweep.json"):
+        plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(tmp_path)), 100)
+    old = tmp_path / "old"
+    old.mkdir()
+    runs = {"rnvp-ml-s0": {"kind": "rnvp", "objective": "ml", "seed": 0}}
+    runs["rnvp-kl-s0"] = {"kind": "rnvp", "objective": "kl", "seed": 0}
+    (old / "sweep.json").write_text(json.dumps({"runs": runs}))
+    from bgp4.sweep.runner import init_runs
+
+    assert init_runs(old, ["rnvp"], (0,)) == {("rnvp", 0): str(old.resolve() / "runs" / "rnvp-ml-s0")}
+    for models, seeds, message in ((["rnvp"], 2, "no run of model rnvp and seed 1"), (["p4inv"], 1, "model p4inv")):
+        with pytest.raises(InputError, match=message):
+            plan_sweep(tmp_path / "s", data_file, models, seeds, replace(base, init=str(old)), 100)
+    with pytest.raises(InputError, match="not a finished bgp4 training run"):  # the run itself is checked too
+        plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
+    assert not (tmp_path / "s").exists()
+
+
 def test_refinement_is_part_of_every_run_and_of_its_done_check(data_file, tmp_path):
     base = TrainSettings(steps=10)
     plan = plan_sweep(tmp_path / "s", data_file, ["rnvp"], 2, base, 100, refine=RefineSettings(levels=3, steps=0))
@@ -361,6 +382,30 @@ def test_a_sweep_over_objectives_reports_each_variant(data_file, tmp_path):
     metrics = json.loads((out / "report" / "metrics.json").read_text())
     assert set(metrics["metrics"]["reverse_ess"]["models"]) == set(variants)
     assert metrics["metrics"]["reverse_ess"]["paired"]["rnvp-fab"]["n"] == 2  # against the first variant, ml
+
+
+@pytest.mark.slow
+def test_a_sweep_can_start_every_run_from_a_finished_sweep(tiny_sweep, data_file, tmp_path):
+    """FAB and KL after a likelihood sweep, over seeds: each run starts from the run of its model and
+    seed, and counts that run's MD frames as its own."""
+    first, _ = tiny_sweep
+    fab = ["--fab-levels", "2", "--fab-buffer", "128", "--fab-reuse", "2"]
+    tiny = [*TINY[: TINY.index("--steps")], "--steps", "0", *TINY[TINY.index("--steps") + 2 :]]
+    result = _cli(
+        "sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp", "--objectives", "kl,fab",
+        "--seeds", "2", "--init", str(first), *tiny, *fab, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    for variant in ("rnvp-kl", "rnvp-fab"):
+        for seed in (0, 1):
+            name = f"{variant}-s{seed}"
+            source = first / "runs" / f"rnvp-s{seed}"
+            assert record["runs"][name]["init"] == str(source)
+            mine = json.loads((tmp_path / "s" / "runs" / name / "complete.json").read_text())
+            theirs = json.loads((source / "complete.json").read_text())
+            assert mine["md_frames"] == 0 and mine["energy_evaluations"] > 0
+            assert mine["md_frames_total"] == theirs["md_frames_total"] > 0
 
 
 @pytest.mark.slow

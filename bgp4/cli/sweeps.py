@@ -148,6 +148,9 @@ def sweep(
     with the most left first, so that the workers finish together. A task whose worker dies is
     run again and resumes from the checkpoint, and the same command run again skips finished runs. The report gives each
     metric's mean and 95 % interval over seeds and paired differences against the first model.
+
+    --init names a finished sweep here: each run starts from its run of the same model and seed
+    (e.g. --objectives kl,fab --steps 0 after a likelihood sweep).
     """
     from bgp4.sweep.runner import plan_sweep, run_sweep  # lazy: keeps the CLI's start-up free of Dask
 

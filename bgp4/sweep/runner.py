@@ -32,8 +32,17 @@ from typing import Any
 
 from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.generator.rundir import check_init
 from bgp4.report.aggregate import write_sweep_report
-from bgp4.settings import MODELS, OBJECTIVES, RefineSettings, SampleSettings, TrainSettings, changed_settings
+from bgp4.settings import (
+    MODELS,
+    OBJECTIVES,
+    RefineSettings,
+    SampleSettings,
+    TrainSettings,
+    changed_settings,
+    settings_record,
+)
 from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import local_cluster_size, open_client
@@ -41,7 +50,7 @@ from bgp4.sweep.dispatch import RETRIES, Dispatch
 from bgp4.sweep.spec import DONE_FILE, EXECUTION_ONLY, RunSpec, run_name
 from bgp4.sweep.tasks import simulate_task
 
-__all__ = ["RunSpec", "SweepPlan", "plan_sweep", "run_sweep", "SWEEP_FILE", "DONE_FILE"]
+__all__ = ["RunSpec", "SweepPlan", "plan_sweep", "init_runs", "run_sweep", "SWEEP_FILE", "DONE_FILE"]
 
 SWEEP_FILE = "sweep.json"
 #: Seconds after the runs are submitted at which the client imports what the report needs.
@@ -61,7 +70,7 @@ class SweepPlan:
     objectives: tuple[str, ...] = ()  # the objective axis: empty when every run has the base's
 
     def record(self) -> dict[str, Any]:
-        varied = ("model", "seed", "objective") if self.objectives else ("model", "seed")
+        varied = ("model", "seed", "objective", "init") if self.objectives else ("model", "seed", "init")
         common = {k: v for k, v in self.runs[0].train.items() if k not in varied}
         return {
             "data": str(self.data),
@@ -73,7 +82,13 @@ class SweepPlan:
             "md": self.md,
             "objectives": list(self.objectives),
             "runs": {
-                r.name: {"model": r.variant, "kind": r.model, "objective": r.train["objective"], "seed": r.seed}
+                r.name: {
+                    "model": r.variant,
+                    "kind": r.model,
+                    "objective": r.train["objective"],
+                    "seed": r.seed,
+                    **({"init": r.train["init"]} if r.train.get("init") else {}),
+                }
                 for r in self.runs
             },
         }
@@ -101,9 +116,13 @@ def plan_sweep(
     MD settings used when `data` does not exist yet. `objectives`: with two or more, every model
     trains with each (runs "<model>-<objective>-s<seed>"); one replaces the settings' objective.
     `refine` (levels > 0): every run's samples are refined by AIS too, and the report compares
-    "<variant> +AIS(K)" beside each variant.
+    "<variant> +AIS(K)" beside each variant. `base.init` (--init) names a finished sweep: each run
+    starts from its run of the same model and seed (`init_runs`), e.g. FAB after a likelihood sweep.
     """
-    _check_sweep(models, n_seeds, threads_per_run, gpus_per_run, [base, *(by_model or {}).values()])
+    init_sweep = base.init
+    base = dataclasses.replace(base, init=None)
+    by_model = {m: dataclasses.replace(s, init=None) for m, s in (by_model or {}).items()}
+    _check_sweep(models, n_seeds, threads_per_run, gpus_per_run, [base, *by_model.values()])
     axis = _objective_axis(objectives)
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
@@ -118,6 +137,7 @@ def plan_sweep(
             "GPU workers"
         )
     seeds = tuple(range(n_seeds))
+    inits = init_runs(init_sweep, models, seeds) if init_sweep else {}
     refine = refine.validated() if refine is not None else None  # bad refinement settings fail here too
     refined = asdict(refine) if refine is not None and refine.levels > 0 else {}
     runs, variants = [], []
@@ -136,7 +156,10 @@ def plan_sweep(
                     seed=seed,
                     workers=own.workers or threads_per_run,
                     objective=objective,
+                    init=inits.get((model, seed)),
                 )
+                if settings.init:
+                    check_init(settings.init, settings_record(settings.validated()), data=settings.has_data)
                 spec = _run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label)
                 runs.append(dataclasses.replace(spec, refine=refined))
     return SweepPlan(out, data, tuple(variants), seeds, tuple(runs), md_settings, axis)
@@ -172,8 +195,32 @@ def _check_sweep(
         raise InputError(f"threads_per_run (--threads-per-run) must be at least 1, got {threads_per_run}")
     if gpus_per_run < 0:
         raise InputError(f"gpus_per_run (--gpus-per-run) must be >= 0, got {gpus_per_run}")
-    if any(s.init for s in settings):
-        raise InputError("init does not apply to a sweep: each seed starts from its own initialization")
+
+
+def init_runs(init_sweep: str | Path, models: list[str], seeds: tuple[int, ...]) -> dict[tuple[str, int], str]:
+    """(model, seed) -> the run directory of the sweep `init_sweep` that the run of that model and
+    seed starts from: its run of the same generator kind and seed, the objective ml one where that
+    sweep compares objectives. InputError (nothing written) when it is no sweep or lacks a run."""
+    sweep = Path(init_sweep).expanduser().resolve()
+    if not (sweep / SWEEP_FILE).is_file():
+        raise InputError(
+            f"init={init_sweep} (--init): a sweep starts each run from a sweep directory's run of the same "
+            f"model and seed, and {sweep} holds no {SWEEP_FILE}"
+        )
+    runs = json.loads((sweep / SWEEP_FILE).read_text()).get("runs") or {}
+    found = {}
+    for model in models:
+        for seed in seeds:
+            mine = [n for n, r in runs.items() if r.get("kind") == model and int(r.get("seed", -1)) == seed]
+            if len(mine) > 1:
+                mine = [n for n in mine if runs[n].get("objective") == "ml"]
+            if len(mine) != 1:
+                raise InputError(
+                    f"init={init_sweep} (--init): the sweep has {'no' if not mine else 'more than one'} run of "
+                    f"model {model} and seed {seed} to start from"
+                )
+            found[(model, seed)] = str(sweep / "runs" / mine[0])
+    return found
 
 
 def _md_settings(data: Path, md: dict[str, Any] | None) -> dict[str, Any] | None:
