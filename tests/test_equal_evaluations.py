@@ -51,3 +51,18 @@ def test_points_count_md_frames_by_their_steps_and_draw(tmp_path):
     points = sweep_points(tmp_path)
     assert points["fab"][0]["curve"] == [(12000.0, 0.6), (15000.0, 0.7)]
     assert points["ml"][0]["final"] == (10000, 0.5)
+
+
+def test_a_run_outside_the_sweep_joins_by_its_report(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({"runs": {}}))
+    _run(tmp_path / "elsewhere", "scratch", 0.4, 0, 3000, [(0, 1000, 0.2), (0, 3000, 0.4)])
+    run = tmp_path / "elsewhere" / "runs" / "scratch"
+    report = tmp_path / "scratch-report"
+    report.mkdir()
+    entry = json.loads((run / "report" / "metrics.json").read_text())["models"]["spline"]
+    (report / "metrics.json").write_text(json.dumps({"models": {"fab-scratch": {**entry, "run": str(run)}}}))
+    args = [sys.executable, str(SCRIPT), str(tmp_path), "--extra", f"fab from scratch={report}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "fab from scratch seed 0: 3e+03 evaluations, reverse ESS 0.400" in done.stdout
+    assert (tmp_path / "report" / "equal-evaluations.png").stat().st_size > 0

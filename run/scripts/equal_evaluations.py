@@ -10,8 +10,11 @@ of a `bgp4 sweep --objectives ...` directory this draws:
   logged during training (`metrics.jsonl`, flow_ess) at the evaluations spent so far.
 
 Prints one line per run (objective, seed, evaluations, ESS) and writes FIG.png and FIG.pdf.
+`--extra LABEL=REPORT` adds a run outside the sweep (e.g. FAB from scratch) by its `bgp4 analyze`
+report directory, whose metrics.json names the run; repeatable.
 
-    python run/scripts/equal_evaluations.py SWEEP [--out FIG]    # FIG defaults to SWEEP/report/equal-evaluations
+    python run/scripts/equal_evaluations.py SWEEP [--out FIG] [--extra LABEL=REPORT ...]
+    # FIG defaults to SWEEP/report/equal-evaluations
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ def _raw_entry(report: dict) -> dict:
     raise SystemExit("a run report without a raw generator's metrics")
 
 
-def run_points(run: Path) -> dict:
-    """{final: (evaluations, ess), curve: [(evaluations, flow_ess), ...]} of one sweep run."""
-    entry = _raw_entry(json.loads((run / "report" / "metrics.json").read_text()))
+def run_points(run: Path, report: Path | None = None) -> dict:
+    """{final: (evaluations, ess), curve: [(evaluations, flow_ess), ...]} of one run, from its
+    report (default: RUN/report, a sweep run's own) and its training log."""
+    entry = _raw_entry(json.loads(((report or run / "report") / "metrics.json").read_text()))
     frames = entry.get("train_md_frames") or 0
     md_evals = entry.get("train_md_frames_energy_evaluations") or 0
     per_frame = md_evals / frames if frames else 0.0
@@ -92,8 +96,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", type=Path)
     parser.add_argument("--out", type=Path, help="figure stem (default SWEEP/report/equal-evaluations)")
+    parser.add_argument("--extra", action="append", default=[], help="LABEL=REPORT: a run outside the sweep")
     args = parser.parse_args()
     points = sweep_points(args.sweep)
+    for extra in args.extra:
+        label, _, report = extra.partition("=")
+        entry = _raw_entry(json.loads((Path(report) / "metrics.json").read_text()))
+        points.setdefault(label, {})[0] = run_points(Path(entry["run"]), Path(report))
     if not points:
         raise SystemExit(f"{args.sweep}: no finished run with a report")
     for objective, seeds in sorted(points.items()):
