@@ -236,12 +236,48 @@ def test_init_names_a_sweep_whose_run_of_each_model_and_seed_starts_each_run(dat
     from bgp4.sweep.runner import init_runs
 
     assert init_runs(old, ["rnvp"], (0,)) == {("rnvp", 0): str(old.resolve() / "runs" / "rnvp-ml-s0")}
-    for models, seeds, message in ((["rnvp"], 2, "no run of model rnvp and seed 1"), (["p4inv"], 1, "model p4inv")):
-        with pytest.raises(InputError, match=message):
-            plan_sweep(tmp_path / "s", data_file, models, seeds, replace(base, init=str(old)), 100)
+    with pytest.raises(InputError, match="no run for model rnvp and seed 1"):
+        init_runs(old, ["rnvp"], (0, 1))
+    with pytest.raises(InputError, match="no run for model p4inv and seed 0"):
+        plan_sweep(tmp_path / "s", data_file, ["p4inv"], 1, replace(base, init=str(old)), 100)
+    with pytest.raises(InputError, match="own directory"):
+        plan_sweep(old, data_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
+    runs.pop("rnvp-ml-s0")
+    runs["rnvp-mixed-s0"] = {"kind": "rnvp", "objective": "mixed", "seed": 0}
+    (old / "sweep.json").write_text(json.dumps({"runs": runs}))
+    with pytest.raises(InputError, match="runs of objectives kl, mixed, none ml, for model rnvp and seed 0"):
+        init_runs(old, ["rnvp"], (0,))
+    (old / "sweep.json").write_text(json.dumps({"runs": {"rnvp-s0": {"model": "rnvp", "seed": 0}}}))  # before kinds
+    assert init_runs(old, ["rnvp"], (0,)) == {("rnvp", 0): str(old.resolve() / "runs" / "rnvp-s0")}
+    (old / "sweep.json").write_text("{not json")
+    with pytest.raises(InputError, match="cannot be read"):
+        init_runs(old, ["rnvp"], (0,))
+    (old / "sweep.json").write_text(json.dumps({"runs": {"rnvp-ml-s0": runs["rnvp-kl-s0"]}}))
     with pytest.raises(InputError, match="not a finished bgp4 training run"):  # the run itself is checked too
         plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_started_run_keeps_its_init_whatever_the_init_sweep_holds_now(data_file, tmp_path):
+    """A resumed sweep does not look its runs' inits up again (the init sweep may have moved on)."""
+    from bgp4.settings import settings_record
+    from bgp4.sweep.runner import plan_sweep
+
+    old = (tmp_path / "old").resolve()
+    old.mkdir()
+    (old / "sweep.json").write_text("{}")  # holds no run now
+    base = TrainSettings(steps=0, energy_steps=10, objective="kl")
+    started = replace(base, data=str(data_file.resolve()), model="rnvp", seed=0, workers=1, device="cpu")
+    started = replace(started, init=str(old / "runs" / "rnvp-ml-s0"))
+    run = tmp_path / "s" / "runs" / "rnvp-s0"
+    run.mkdir(parents=True)
+    (run / "settings.json").write_text(json.dumps(settings_record(started.validated())))
+    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
+    assert plan.runs[0].train["init"] == str(old / "runs" / "rnvp-ml-s0")
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(InputError, match="holds a run started from"):
+        plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(other)), 100)
 
 
 def test_refinement_is_part_of_every_run_and_of_its_done_check(data_file, tmp_path):

@@ -137,7 +137,8 @@ def plan_sweep(
             "GPU workers"
         )
     seeds = tuple(range(n_seeds))
-    inits = init_runs(init_sweep, models, seeds) if init_sweep else {}
+    if init_sweep and Path(init_sweep).expanduser().resolve() == out:
+        raise InputError(f"init (--init) names this sweep's own directory {out} (--out): start from another sweep")
     refine = refine.validated() if refine is not None else None  # bad refinement settings fail here too
     refined = asdict(refine) if refine is not None and refine.levels > 0 else {}
     runs, variants = [], []
@@ -156,10 +157,9 @@ def plan_sweep(
                     seed=seed,
                     workers=own.workers or threads_per_run,
                     objective=objective,
-                    init=inits.get((model, seed)),
                 )
-                if settings.init:
-                    check_init(settings.init, settings_record(settings.validated()), data=settings.has_data)
+                if init_sweep:
+                    settings = _started_from(init_sweep, out / "runs" / run_name(label or model, seed), settings)
                 spec = _run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label)
                 runs.append(dataclasses.replace(spec, refine=refined))
     return SweepPlan(out, data, tuple(variants), seeds, tuple(runs), md_settings, axis)
@@ -202,25 +202,48 @@ def init_runs(init_sweep: str | Path, models: list[str], seeds: tuple[int, ...])
     seed starts from: its run of the same generator kind and seed, the objective ml one where that
     sweep compares objectives. InputError (nothing written) when it is no sweep or lacks a run."""
     sweep = Path(init_sweep).expanduser().resolve()
+    what = f"init={init_sweep} (--init)"
     if not (sweep / SWEEP_FILE).is_file():
         raise InputError(
-            f"init={init_sweep} (--init): a sweep starts each run from a sweep directory's run of the same "
-            f"model and seed, and {sweep} holds no {SWEEP_FILE}"
+            f"{what}: a sweep starts each run from a sweep directory's run of the same model and seed, "
+            f"and {sweep} holds no {SWEEP_FILE}"
         )
-    runs = json.loads((sweep / SWEEP_FILE).read_text()).get("runs") or {}
+    try:
+        runs = json.loads((sweep / SWEEP_FILE).read_text()).get("runs") or {}
+        # sweeps before the objective axis recorded no kind: their "model" is the kind
+        keys = {n: (r.get("kind", r.get("model")), int(r["seed"]), r.get("objective", "")) for n, r in runs.items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise InputError(f"{what}: {sweep / SWEEP_FILE} cannot be read ({type(err).__name__})") from None
     found = {}
     for model in models:
         for seed in seeds:
-            mine = [n for n, r in runs.items() if r.get("kind") == model and int(r.get("seed", -1)) == seed]
-            if len(mine) > 1:
-                mine = [n for n in mine if runs[n].get("objective") == "ml"]
-            if len(mine) != 1:
-                raise InputError(
-                    f"init={init_sweep} (--init): the sweep has {'no' if not mine else 'more than one'} run of "
-                    f"model {model} and seed {seed} to start from"
-                )
-            found[(model, seed)] = str(sweep / "runs" / mine[0])
+            mine = [n for n, (kind, s, _) in keys.items() if kind == model and s == seed]
+            ml = [n for n in mine if keys[n][2] == "ml"] if len(mine) > 1 else mine
+            if len(ml) != 1:
+                objectives = ", ".join(sorted(keys[n][2] for n in mine))
+                have = f"runs of objectives {objectives}, none ml," if mine else "no run"
+                raise InputError(f"{what}: the sweep has {have} for model {model} and seed {seed} to start from")
+            found[(model, seed)] = str(sweep / "runs" / ml[0])
     return found
+
+
+def _started_from(init_sweep: str | Path, path: Path, settings: TrainSettings) -> TrainSettings:
+    """`settings` with the init run of the sweep run at `path`: the one it recorded when it began (a
+    resumed run looks no further: the init sweep may have moved on since), else `init_runs`' pick,
+    checked as `bgp4 train --init` checks it."""
+    sweep = Path(init_sweep).expanduser().resolve()
+    stored = (Stage(path).recorded() or {}).get("init")
+    if stored:
+        if Path(stored).parent.parent != sweep:
+            raise InputError(
+                f"{path} holds a run started from {stored}, not from the sweep {sweep} (--init); "
+                "use another sweep directory (--out)"
+            )
+        return dataclasses.replace(settings, init=stored)
+    init = init_runs(sweep, [settings.model], (settings.seed,))[(settings.model, settings.seed)]
+    settings = dataclasses.replace(settings, init=init)
+    check_init(init, settings_record(settings.validated()), data=settings.has_data)
+    return settings
 
 
 def _md_settings(data: Path, md: dict[str, Any] | None) -> dict[str, Any] | None:
