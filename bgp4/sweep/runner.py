@@ -122,7 +122,7 @@ def plan_sweep(
     init_sweep = base.init
     base = dataclasses.replace(base, init=None)
     by_model = {m: dataclasses.replace(s, init=None) for m, s in (by_model or {}).items()}
-    _check_sweep(models, n_seeds, threads_per_run, gpus_per_run, [base, *by_model.values()])
+    _check_sweep(models, n_seeds, threads_per_run, gpus_per_run)
     axis = _objective_axis(objectives)
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
@@ -178,10 +178,8 @@ def _objective_axis(objectives: list[str] | None) -> tuple[str, ...]:
     return tuple(objectives) if len(objectives) > 1 else ()
 
 
-def _check_sweep(
-    models: list[str], n_seeds: int, threads_per_run: int, gpus_per_run: float, settings: list[TrainSettings]
-) -> None:
-    """Refuse (InputError) models, counts and settings a sweep cannot run."""
+def _check_sweep(models: list[str], n_seeds: int, threads_per_run: int, gpus_per_run: float) -> None:
+    """Refuse (InputError) models and counts a sweep cannot run."""
     if not models:
         raise InputError("models (--models) needs at least one model")
     unknown = [m for m in models if m not in MODELS]
