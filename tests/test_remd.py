@@ -360,10 +360,16 @@ def test_remd_check_script_compares_with_plain_md(tiny_run, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "replica exchange" in done.stdout and "plain MD" in done.stdout and "ns of MD" in done.stdout
     result = json.loads((tmp_path / "c.json").read_text())
-    assert result["remd"]["frames"] == 20 and result["md"]["frames"] == 200
-    assert result["remd"]["kept_ns"] == pytest.approx(20 * 20 * 1e-6)
-    assert result["remd"]["total_ns"] == pytest.approx(3 * (20 + 10) * 20 * 1e-6)  # 0.2 ps: 10 iterations each
+    first, second = result["first"], result["second"]
+    assert first["frames"] == 20 and second["frames"] == 200
+    assert first["kept_ns"] == pytest.approx(20 * 20 * 1e-6)
+    assert first["total_ns"] == pytest.approx(3 * (20 + 10) * 20 * 1e-6)  # 0.2 ps: 10 iterations each
     assert np.isfinite(result["energy"]["difference"]) and result["energy"]["se"] > 0
+    # per residue: the dipeptide's one residue is its own phi
+    assert list(first["residues"]) == ["ALA2"] and "ALA2 dF" in done.stdout
+    assert first["residues"]["ALA2"]["p_phi_positive"] == first["p_phi_positive"]
+    c = result["residues"]["ALA2"]["p_phi_positive"]
+    assert c["difference"] == pytest.approx(first["p_phi_positive"] - second["p_phi_positive"])
 
 
 def test_umbrella_mbar_recovers_a_known_p_phi_positive():
