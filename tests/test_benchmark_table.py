@@ -39,8 +39,22 @@ def test_table_lists_published_rows_and_each_sweep_model(tmp_path):
     assert table == done.stdout
     assert "| maximum likelihood | 82.1 % | 45.3 % | 0.0109 |" in table
     assert "| CMT | 97.7 % | 68.6 % | 0.0094 |" in table
-    assert "| spline | 3 | 80.0 [75.0, 85.0] | 79.0 [74.0, 84.0] | - | 0.011 [0.01, 0.012] | 1.0 | - |" in table
+    assert "| spline | 3 | 80.0 [75.0, 85.0] | 79.0 [74.0, 84.0] | - | 0.011 [0.01, 0.012] | 1.0 | - | - |" in table
     assert "| spline +AIS(20) | 3 | 97.0 [96.0, 98.0] |" in table
+
+
+def test_a_second_sweep_of_one_molecule_names_its_objective(tmp_path):
+    """A likelihood sweep and a FAB sweep after it: both give rows; the FAB rows say so."""
+    dirs = []
+    for name, objective in (("ml", "ml"), ("fab", "fab")):
+        (tmp_path / name / "report").mkdir(parents=True)
+        (tmp_path / name / "report" / "metrics.json").write_text(json.dumps(_summary()))
+        (tmp_path / name / "sweep.json").write_text(json.dumps({"train": {"objective": objective}}))
+        dirs += ["--dipeptide", str(tmp_path / name)]
+    done = subprocess.run([sys.executable, str(SCRIPT), *dirs], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if line.startswith("| spline")]
+    assert rows == ["| spline", "| spline +AIS(20)", "| spline (fab)", "| spline +AIS(20) (fab)"]
 
 
 def test_no_sweep_is_an_error(tmp_path):

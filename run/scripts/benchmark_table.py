@@ -6,9 +6,13 @@ the largest 1e-4 of the log weights clipped before the Kish formula, Ramachandra
 dipeptide. bgp4's rows come from `bgp4 sweep` reports (one per molecule, every model over its
 seeds, with 95 % Student-t intervals), on the metrics `bgp4 analyze` computes the table's way.
 
-    python run/scripts/benchmark_table.py --dipeptide SWEEP [--tetrapeptide SWEEP] [--out table.md]
+    python run/scripts/benchmark_table.py --dipeptide SWEEP [--dipeptide SWEEP ...] [--tetrapeptide SWEEP] [--out F]
 
-SWEEP is a sweep directory or its `report/` folder. Prints a Markdown table; `--out` writes it too.
+SWEEP is a sweep directory or its `report/` folder; give a molecule several (for example a
+likelihood sweep and a `bgp4 sweep --init` FAB sweep after it): a row whose runs trained with an
+objective other than maximum likelihood names it ("spline (fab)"). Prints a Markdown table; `--out`
+writes it too. MD frames count as evaluations, as in the table: the data file's MD steps
+(equilibration and every replica-exchange temperature included) are a column of their own.
 """
 
 from __future__ import annotations
@@ -38,7 +42,16 @@ COLUMNS = (
     ("ramachandran_tv", "Ramachandran TV", "sci"),
     ("energy_evals_per_sample", "evaluations per sample", "num"),
     ("train_energy_evaluations", "training evaluations", "sci"),
+    ("md_energy_evaluations", "MD evaluations (data file)", "sci"),
 )
+
+
+def _objective(report: Path) -> str:
+    """The objective a sweep's runs trained with, from its sweep.json beside the report ("ml" if unknown)."""
+    for candidate in (report.parent / "sweep.json", report.parent.parent / "sweep.json"):
+        if candidate.is_file():
+            return str(json.loads(candidate.read_text()).get("train", {}).get("objective") or "ml")
+    return "ml"
 
 
 def _load(path: Path) -> dict:
@@ -46,7 +59,7 @@ def _load(path: Path) -> dict:
         if candidate.is_file():
             summary = json.loads(candidate.read_text())
             if "metrics" in summary and "models" in summary:
-                return summary
+                return {**summary, "objective": _objective(candidate)}
     raise SystemExit(f"{path}: no sweep report (report/metrics.json from `bgp4 sweep`)")
 
 
@@ -62,7 +75,9 @@ def _cell(stats: dict | None, kind: str) -> str:
 
 
 def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
-    """(model, cells in COLUMNS order, seeds) for every model of a sweep report."""
+    """(row label, cells in COLUMNS order, seeds) for every model of a sweep report; the label is
+    the model, with the sweep's objective in brackets when it is not maximum likelihood."""
+    objective = summary.get("objective", "ml")
     rows = []
     for model in summary["models"]:
         cells, seeds = [], 0
@@ -70,12 +85,13 @@ def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
             stats = summary["metrics"].get(key, {}).get("models", {}).get(model)
             seeds = max(seeds, (stats or {}).get("n", 0))
             cells.append(_cell(stats, kind))
-        rows.append((model, cells, seeds))
+        label = model if objective == "ml" or f"-{objective}" in model else f"{model} ({objective})"
+        rows.append((label, cells, seeds))
     return rows
 
 
-def render(sweeps: dict[str, dict]) -> str:
-    """Markdown: the published table, then bgp4's rows per molecule."""
+def render(sweeps: dict[str, list[dict]]) -> str:
+    """Markdown: the published table, then bgp4's rows per molecule (from one or more sweep reports)."""
     lines = [
         "| reverse ESS, 300 K (published) | alanine dipeptide | alanine tetrapeptide | Ramachandran TV (dipeptide) |",
         "|---|---|---|---|",
@@ -83,25 +99,33 @@ def render(sweeps: dict[str, dict]) -> str:
     for method, (di, tetra) in PUBLISHED.items():
         tv = PUBLISHED_TV.get(method)
         lines.append(f"| {method} | {di:.1f} % | {tetra:.1f} % | {'-' if tv is None else f'{tv:.3g}'} |")
-    for molecule, summary in sweeps.items():
+    for molecule, summaries in sweeps.items():
         lines += ["", f"bgp4, {molecule} (mean over seeds [95 % interval]):", ""]
         lines.append("| model | seeds | " + " | ".join(header for _, header, _ in COLUMNS) + " |")
         lines.append("|---|---|" + "---|" * len(COLUMNS))
-        for model, cells, seeds in bgp4_rows(summary):
-            lines.append(f"| {model} | {seeds} | " + " | ".join(cells) + " |")
+        for summary in summaries:
+            for label, cells, seeds in bgp4_rows(summary):
+                lines.append(f"| {label} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dipeptide", type=Path, help="sweep on alanine dipeptide, 300 K, no constraints")
-    parser.add_argument("--tetrapeptide", type=Path, help="sweep on alanine tetrapeptide, 300 K, no constraints")
+    parser.add_argument(
+        "--dipeptide", type=Path, action="append", help="sweep on alanine dipeptide, 300 K, no constraints (repeatable)"
+    )
+    parser.add_argument(
+        "--tetrapeptide",
+        type=Path,
+        action="append",
+        help="sweep on alanine tetrapeptide, 300 K, no constraints (repeatable)",
+    )
     parser.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     args = parser.parse_args()
     sweeps = {
-        name: _load(path)
-        for name, path in (("alanine dipeptide", args.dipeptide), ("alanine tetrapeptide", args.tetrapeptide))
-        if path is not None
+        name: [_load(path) for path in paths]
+        for name, paths in (("alanine dipeptide", args.dipeptide), ("alanine tetrapeptide", args.tetrapeptide))
+        if paths
     }
     if not sweeps:
         parser.error("give --dipeptide and/or --tetrapeptide")
