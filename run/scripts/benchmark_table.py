@@ -69,7 +69,7 @@ def _cell(stats: dict | None, kind: str) -> str:
     scale = 100.0 if kind == "pct" else 1.0
     fmt = {"pct": "{:.1f}", "sci": "{:.3g}", "num": "{:.1f}"}[kind]
     text = fmt.format(stats["mean"] * scale)
-    if stats.get("low") is not None:
+    if stats.get("low") is not None and stats["low"] != stats["high"]:  # a constant has no interval
         text += f" [{fmt.format(stats['low'] * scale)}, {fmt.format(stats['high'] * scale)}]"
     return text
 
