@@ -176,6 +176,7 @@ class TrainSettings:
     correct_every: int = 50
     test_fraction: float = 0.1
     eval_every: int = 1_000
+    keep_best: bool = False  # end the likelihood phase with its weights of lowest test NLL (of the evaluations)
     fix_constrained: bool = True  # every constrained bond held fixed (48 dims); False: the paper's 60
     zmatrix: str = "hand"  # hand: the molecule's own z-matrix; auto: the automatic one from the bond graph
     device: str = "auto"

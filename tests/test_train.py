@@ -143,6 +143,29 @@ def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
     assert records[0] == records[1]
 
 
+def test_keep_best_ends_the_likelihood_phase_with_the_best_weights_and_resumes(md_file, tmp_path, monkeypatch):
+    """--keep-best: the model of the lowest test NLL (scripted: step 10 of 30) is the model a 10-step run
+    gives (constant lr); a run trained in parts, on a fresh Trainer after the best step, ends the same."""
+    from bgp4.generator.loop import TrainingLoop
+    from bgp4.generator.train import finish_training, prepare_training
+
+    scripted = {0: 5.0, 10: 1.0, 20: 3.0, 30: 2.0}
+    monkeypatch.setattr(TrainingLoop, "test_nll", lambda self: scripted[self.step])
+    settings = TrainSettings(
+        data=str(md_file), model="rnvp", keep_best=True, **{**TINY, "steps": 30, "energy_steps": 0}
+    )
+    settings = replace(settings, eval_every=10)
+    summary, _ = train(settings, tmp_path / "best", progress=False)
+    assert (summary["kept_step"], summary["kept_test_nll"], summary["test_nll_end"]) == (10, 1.0, 1.0)
+    train(replace(settings, steps=10, keep_best=False), tmp_path / "short", progress=False)
+    _assert_same_model(tmp_path / "best", tmp_path / "short")
+    first = prepare_training(settings, tmp_path / "parts")
+    assert first.fit(progress=False, until=15) is None
+    rest = prepare_training(settings, tmp_path / "parts")  # the best weights come back from the checkpoint
+    finish_training(rest, rest.fit(progress=False))
+    _assert_same_model(tmp_path / "best", tmp_path / "parts")
+
+
 @pytest.mark.slow
 def test_augmented_compiled_run_resumes_exactly(md_file, tmp_path, monkeypatch):
     # the compile warm-up runs on every start: it must not draw from the checkpointed batch stream

@@ -151,6 +151,15 @@ def train(
     eval_every: Optional[int] = typer.Option(
         None, "--eval-every", help="Steps between test-NLL evaluations." + _d("eval_every")
     ),
+    keep_best: Optional[bool] = typer.Option(
+        None,
+        "--keep-best/--no-keep-best",
+        help=(
+            "Early stopping: end the likelihood phase with the weights of its lowest test NLL (measured every"
+            " --eval-every steps) instead of its last; the held-out frames then also choose the model."
+        )
+        + _d("keep_best"),
+    ),
     augment: Optional[bool] = typer.Option(
         None,
         "--augment/--no-augment",
@@ -277,6 +286,7 @@ def train(
         correct_every=correct_every,
         test_fraction=test_fraction,
         eval_every=eval_every,
+        keep_best=keep_best,
         fix_constrained=fix_constrained,
         zmatrix=zmatrix,
         device=device,

@@ -4,15 +4,19 @@ one step's loss and update, and the metrics records.
 Phase "ml" (steps 0..steps): Adam on the negative log-likelihood of MD frames (nats per frame,
 Cartesian density). Phase "energy" (energy_steps more): a fresh Adam on the run's objective
 (`bgp4.generator.objectives`: mixed, the paper's w_l * NLL + w_e * reverse KL; kl; fab), with u in
-kT from the OpenMM bridge. The P4Inv schedule runs after every optimizer step in both phases. The
-learning rate is a function of the step and every other piece of state (the objective's replay
-buffer included) is in `state_dict`, so that a run resumed from a checkpoint equals an unbroken one.
+kT from the OpenMM bridge. With `keep_best`, the likelihood phase ends with the weights of its lowest
+test NLL (of the evaluations every eval_every steps, its start and end included): early stopping
+on the held-out frames, which then also select the model. The P4Inv schedule runs after every
+optimizer step in both phases. The learning rate is a function of the step and every other piece
+of state (the objective's replay buffer and the best weights included) is in `state_dict`, so that
+a run resumed from a checkpoint equals an unbroken one.
 A run without MD data (`data` None: kl or fab from a finished run) has no likelihood phase and no
 test NLL.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 import time
@@ -46,7 +50,8 @@ class TrainingLoop:
     evaluations of the objective: flow samples, AIS moves), interval (step infos since the last
     metrics record), batch_nll (the likelihood of training batches: `nll`, or its torch.compile'd
     twin after `compile`), sample_gen (the energy phase's sample stream, seed + 2), objective (the
-    energy phase's, None for ml), data (None without MD data).
+    energy phase's, None for ml), data (None without MD data), best (with keep_best: the
+    likelihood phase's lowest test NLL so far, {"step", "test_nll", "model"}; None before one).
     """
 
     def __init__(
@@ -65,6 +70,7 @@ class TrainingLoop:
         self.energy_evaluations = 0
         self.wall = 0.0
         self.interval: list[dict[str, float]] = []
+        self.best: dict[str, Any] | None = None
         self.batch_nll = self.nll
         self.scheduler = None
         self.objective = make_objective(
@@ -133,6 +139,7 @@ class TrainingLoop:
             "sample_rng": self.sample_gen.get_state(),
             "interval": self.interval,
             **({"objective": self.objective.state_dict()} if self.objective is not None else {}),
+            **({"best": self.best} if self.best is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -140,6 +147,7 @@ class TrainingLoop:
         self.step, self.skipped, self.wall = state["step"], state["skipped"], state["wall"]
         self.energy_evaluations = int(state.get("energy_evaluations", 0))
         self.interval = list(state.get("interval", []))
+        self.best = state.get("best")
         self.make_optimizer()  # at the learning rate of the checkpoint's phase
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -258,6 +266,8 @@ class TrainingLoop:
         if evaluate or self.step % LOG_EVERY == 0:
             record = self.record(self.interval, test=evaluate)
             self.interval = []
+        if self.step == self.s.steps and self.best is not None:
+            self.bg.load_state_dict(self.best["model"])  # keep_best: the phase ends with its best weights
         if self.step == self.s.steps and self.s.energy_steps:
             self.make_optimizer()  # phase 2 starts with a fresh Adam at the energy lr
         return record
@@ -276,6 +286,8 @@ class TrainingLoop:
             record[key] = float(np.mean(values)) if values else None
         if test:
             record["test_nll"] = self.test_nll()
+            if in_ml:
+                self.track_best(record["test_nll"])
         record.update(
             skipped_steps=self.skipped,
             lr=self.optimizer.param_groups[0]["lr"],
@@ -286,6 +298,14 @@ class TrainingLoop:
         record.update(self.p4inv_stats())
         self.run.log(record)
         return record
+
+    def track_best(self, test_nll: float | None) -> None:
+        """keep_best: remember the weights when `test_nll` (of the likelihood phase) is the lowest yet."""
+        if not self.s.keep_best or self.s.steps == 0 or test_nll is None or not math.isfinite(test_nll):
+            return
+        if self.best is None or test_nll < self.best["test_nll"]:
+            model = copy.deepcopy(self.bg.state_dict())
+            self.best = {"step": self.step, "test_nll": float(test_nll), "model": model}
 
     def p4inv_stats(self) -> dict[str, float]:
         """The P4Inv scheduler's statistics as p4inv_<name> (none without P4Inv layers)."""

@@ -240,6 +240,7 @@ class Trainer:
             "wall_s": round(loop.wall, 1),
             "test_nll_start": tests[0] if tests else None,
             "test_nll_end": tests[-1] if tests else None,
+            **self._kept(),
             "temperature": self.temperature,
             "device": str(self.device),
             "compiled": loop.compiled,
@@ -252,6 +253,15 @@ class Trainer:
             **loop.p4inv_stats(),
         }
         return self.summary
+
+    def _kept(self) -> dict[str, Any]:
+        """keep_best: the likelihood step whose weights ended that phase, and their test NLL (then
+        also test_nll_end, when no energy phase follows)."""
+        best = self.loop.best
+        if best is None:
+            return {}
+        kept = {"kept_step": best["step"], "kept_test_nll": best["test_nll"]}
+        return kept if self.s.energy_steps else {**kept, "test_nll_end": best["test_nll"]}
 
     def _costs(self) -> dict[str, int]:
         """Target energy evaluations and MD frames of this run, and in total with the runs it
