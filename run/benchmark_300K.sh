@@ -11,16 +11,26 @@
 # 0.20, 0.14 and 0.01 at 125, 250, 500, 1,000 and 2,000 steps, one seed each). 250 steps take about
 # 2 min per run on one core; the AIS refinement of SAMPLES samples is most of the cost (about
 # 3 min per 20,000 on one core). The tetrapeptide's step count is not yet probed.
-#   bash run/benchmark_300K.sh [OUT] [DATA]          # STEPS=250 SAMPLES=100000 by default
+# FAB_STEPS > 0 adds FAB after the dipeptide's spline runs (`bgp4 sweep --init`): the table's FAB row.
+#   bash run/benchmark_300K.sh [OUT] [DATA]          # STEPS=250 SAMPLES=100000 FAB_STEPS=0 by default
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
 steps="${STEPS:-250}"
 samples="${SAMPLES:-100000}"
+fab_steps="${FAB_STEPS:-0}"
 
 for molecule in ala2 ala4; do
   bgp4 sweep --data "$data/$molecule-300K-remd.h5" --models spline,spline-p4inv --seeds 3 \
     --steps "$steps" --eval-every 50 --samples "$samples" --batch 512 --augment --objective ml --energy-steps 0 \
     --refine 20 --refine-steps 0 --out "$out/$molecule" --quiet
 done
-python run/scripts/benchmark_table.py --dipeptide "$out/ala2" --tetrapeptide "$out/ala4" --out "$out/table.md"
+fab=()
+if [ "$fab_steps" -gt 0 ]; then
+  # FAB after each likelihood run of the spline kind (sweep --init), raw and refined like the ML rows
+  bgp4 sweep --init "$out/ala2" --data "$data/ala2-300K-remd.h5" --models spline --seeds 3 --steps 0 \
+    --objective fab --energy-steps "$fab_steps" --eval-every 100 --samples "$samples" --batch 512 --augment \
+    --refine 20 --refine-steps 0 --out "$out/ala2-fab" --quiet
+  fab=(--dipeptide "$out/ala2-fab")
+fi
+python run/scripts/benchmark_table.py --dipeptide "$out/ala2" "${fab[@]}" --tetrapeptide "$out/ala4" --out "$out/table.md"
