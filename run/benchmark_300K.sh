@@ -19,6 +19,7 @@ data="${2:-data}"
 steps="${STEPS:-250}"
 samples="${SAMPLES:-100000}"
 fab_steps="${FAB_STEPS:-0}"
+[[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
 
 for molecule in ala2 ala4; do
   bgp4 sweep --data "$data/$molecule-300K-remd.h5" --models spline,spline-p4inv --seeds 3 \
@@ -33,4 +34,4 @@ if [ "$fab_steps" -gt 0 ]; then
     --refine 20 --refine-steps 0 --out "$out/ala2-fab" --quiet
   fab=(--dipeptide "$out/ala2-fab")
 fi
-python run/scripts/benchmark_table.py --dipeptide "$out/ala2" "${fab[@]}" --tetrapeptide "$out/ala4" --out "$out/table.md"
+python run/scripts/benchmark_table.py --dipeptide "$out/ala2" ${fab[@]+"${fab[@]}"} --tetrapeptide "$out/ala4" --out "$out/table.md"

@@ -366,7 +366,7 @@ def test_remd_check_script_compares_with_plain_md(tiny_run, tmp_path):
     assert first["total_ns"] == pytest.approx(3 * (20 + 10) * 20 * 1e-6)  # 0.2 ps: 10 iterations each
     assert np.isfinite(result["energy"]["difference"]) and result["energy"]["se"] > 0
     # per residue: the dipeptide's one residue is its own phi
-    assert list(first["residues"]) == ["ALA2"] and "ALA2 dF" in done.stdout
+    assert list(first["residues"]) == ["ALA2"] and "ALA2 dF" in done.stdout and "ALA2 P" in done.stdout
     assert first["residues"]["ALA2"]["p_phi_positive"] == first["p_phi_positive"]
     c = result["residues"]["ALA2"]["p_phi_positive"]
     assert c["difference"] == pytest.approx(first["p_phi_positive"] - second["p_phi_positive"])

@@ -150,7 +150,7 @@ def test_keep_best_ends_the_likelihood_phase_with_the_best_weights_and_resumes(m
     from bgp4.generator.train import finish_training, prepare_training
 
     scripted = {0: 5.0, 10: 1.0, 20: 3.0, 30: 2.0}
-    monkeypatch.setattr(TrainingLoop, "test_nll", lambda self: scripted[self.step])
+    monkeypatch.setattr(TrainingLoop, "test_nll", lambda self: (scripted.get(self.step, 5.0), 0))
     settings = TrainSettings(
         data=str(md_file), model="rnvp", keep_best=True, **{**TINY, "steps": 30, "energy_steps": 0}
     )
@@ -164,6 +164,11 @@ def test_keep_best_ends_the_likelihood_phase_with_the_best_weights_and_resumes(m
     rest = prepare_training(settings, tmp_path / "parts")  # the best weights come back from the checkpoint
     finish_training(rest, rest.fit(progress=False))
     _assert_same_model(tmp_path / "best", tmp_path / "parts")
+    state = torch.load(tmp_path / "best" / "checkpoint.pt", weights_only=True)
+    assert state["best"] == {"step": 10, "test_nll": 1.0}  # restored: the checkpoint keeps no second copy
+    # an energy phase follows from the kept weights; test_nll_end is then the energy phase's
+    summary, _ = train(replace(settings, energy_steps=2), tmp_path / "energy", progress=False)
+    assert (summary["kept_step"], summary["test_nll_end"]) == (10, 5.0)
 
 
 @pytest.mark.slow

@@ -155,8 +155,8 @@ def train(
         None,
         "--keep-best/--no-keep-best",
         help=(
-            "Early stopping: end the likelihood phase with the weights of its lowest test NLL (measured every"
-            " --eval-every steps) instead of its last; the held-out frames then also choose the model."
+            "End the likelihood phase with the weights of its lowest test NLL (measured every --eval-every"
+            " steps) instead of its last; every step still runs, and the held-out frames then also choose the model."
         )
         + _d("keep_best"),
     ),

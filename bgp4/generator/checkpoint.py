@@ -2,7 +2,8 @@
 unbroken one.
 
 `checkpoint.pt` holds the model, the loop's counters, optimizer, P4Inv scheduler and metrics
-interval, the energy phase's objective (FAB: its replay buffer, step sizes and streams), and the
+interval (with `keep_best`, the best weights of the likelihood phase so far), the energy phase's
+objective (FAB: its replay buffer, step sizes and streams), and the
 random streams: the private stream of torch's global generators (initialization and P4Inv's
 redraws), the batch stream (runs with MD data) and the energy phase's sample stream.
 """

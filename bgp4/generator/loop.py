@@ -51,7 +51,9 @@ class TrainingLoop:
     metrics record), batch_nll (the likelihood of training batches: `nll`, or its torch.compile'd
     twin after `compile`), sample_gen (the energy phase's sample stream, seed + 2), objective (the
     energy phase's, None for ml), data (None without MD data), best (with keep_best: the
-    likelihood phase's lowest test NLL so far, {"step", "test_nll", "model"}; None before one).
+    likelihood phase's lowest test NLL so far, {"step", "test_nll", "model"}, without "model"
+    once restored; None before one). The metrics record of the last likelihood step keeps that
+    step's own test NLL; the run's summary names the kept step.
     """
 
     def __init__(
@@ -195,13 +197,15 @@ class TrainingLoop:
         """Mean NLL (0-dim, nats per frame) of a training batch drawn from the batch stream."""
         return self.batch_nll(*self.data.batch(self.data.draw(self.s.batch))).mean()
 
-    def test_nll(self) -> float | None:
-        """Mean negative log-likelihood (nats per frame) of the held-out frames (None without data)."""
+    def test_nll(self) -> tuple[float | None, int]:
+        """Mean negative log-likelihood (nats per frame) of the held-out frames whose NLL is finite
+        (None without data), and how many are not."""
         if self.data is None:
-            return None
+            return None, 0
         with torch.no_grad():
             nll = torch.cat([self.nll(y, ld) for y, ld in self.data.test_batches()])
-        return float(nll[torch.isfinite(nll)].mean())
+        finite = torch.isfinite(nll)
+        return float(nll[finite].mean()), int((~finite).sum())
 
     def loss(self, energy) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss of one batch (and its infos for the metrics) in the current phase; `energy`:
@@ -266,8 +270,9 @@ class TrainingLoop:
         if evaluate or self.step % LOG_EVERY == 0:
             record = self.record(self.interval, test=evaluate)
             self.interval = []
-        if self.step == self.s.steps and self.best is not None:
+        if self.step == self.s.steps and self.best is not None and "model" in self.best:
             self.bg.load_state_dict(self.best["model"])  # keep_best: the phase ends with its best weights
+            self.best = {k: v for k, v in self.best.items() if k != "model"}  # no second copy in the checkpoint
         if self.step == self.s.steps and self.s.energy_steps:
             self.make_optimizer()  # phase 2 starts with a fresh Adam at the energy lr
         return record
@@ -285,9 +290,11 @@ class TrainingLoop:
             values = [r[key] for r in interval if key in r and math.isfinite(r[key])]
             record[key] = float(np.mean(values)) if values else None
         if test:
-            record["test_nll"] = self.test_nll()
+            record["test_nll"], nonfinite = self.test_nll()
+            if nonfinite:
+                record["test_nll_nonfinite"] = nonfinite
             if in_ml:
-                self.track_best(record["test_nll"])
+                self.track_best(record["test_nll"], nonfinite)
         record.update(
             skipped_steps=self.skipped,
             lr=self.optimizer.param_groups[0]["lr"],
@@ -299,9 +306,10 @@ class TrainingLoop:
         self.run.log(record)
         return record
 
-    def track_best(self, test_nll: float | None) -> None:
-        """keep_best: remember the weights when `test_nll` (of the likelihood phase) is the lowest yet."""
-        if not self.s.keep_best or self.s.steps == 0 or test_nll is None or not math.isfinite(test_nll):
+    def track_best(self, test_nll: float | None, nonfinite: int = 0) -> None:
+        """keep_best: remember the weights when `test_nll` (of the likelihood phase) is the lowest yet.
+        Weights that give any held-out frame an infinite NLL are never kept: the mean leaves those out."""
+        if not self.s.keep_best or self.s.steps == 0 or test_nll is None or not math.isfinite(test_nll) or nonfinite:
             return
         if self.best is None or test_nll < self.best["test_nll"]:
             model = copy.deepcopy(self.bg.state_dict())

@@ -256,7 +256,8 @@ class Trainer:
 
     def _kept(self) -> dict[str, Any]:
         """keep_best: the likelihood step whose weights ended that phase, and their test NLL (then
-        also test_nll_end, when no energy phase follows)."""
+        also test_nll_end, when no energy phase follows). The P4Inv statistics still count every
+        step of the phase, those after the kept step included."""
         best = self.loop.best
         if best is None:
             return {}

@@ -97,6 +97,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], key: str) -> dict[str, float]:
 
 
 def _verdict(c: dict[str, float]) -> str:
+    if not math.isfinite(c["difference"]):
+        return "not comparable: a file never (or always) has phi > 0 there"
     if not math.isfinite(c["z"]):
         return "no standard error (too few blocks, or no spread)"
     return "agree within 2 SE" if abs(c["z"]) < 2 else "DIFFER by more than 2 SE"
@@ -133,10 +135,20 @@ def report(first: dict[str, Any], second: dict[str, Any], blocks: int, name: str
     for s in (first, second):
         _print_file(s)
     rows = [(key, result[key]) for key in ("energy", "p_phi_positive")]
-    rows += [(f"{label} dF", c["dF_phi_kT"]) for label, c in result["residues"].items()]
+    for label, c in result["residues"].items():
+        rows += [(f"{label} P", c["p_phi_positive"]), (f"{label} dF", c["dF_phi_kT"])]
     for key, c in rows:
         print(f"{key:14s} difference {c['difference']:+.4f} +- {c['se']:.4f} (z = {c['z']:+.2f}): {_verdict(c)}")
     return result
+
+
+def _finite_or_null(value: Any) -> Any:
+    """`value` with every non-finite float as None, so that the JSON is strict (no Infinity, NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def main() -> None:
@@ -153,7 +165,7 @@ def main() -> None:
         raise SystemExit(f"the files are at {first['temperature_K']} K and {second['temperature_K']} K")
     result = report(first, second, args.blocks, first_molecule.name)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+        args.json.write_text(json.dumps(_finite_or_null(result), indent=1, allow_nan=False))
 
 
 if __name__ == "__main__":
