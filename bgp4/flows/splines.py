@@ -44,7 +44,8 @@ def _bounded(values: torch.Tensor, scale: float) -> torch.Tensor:
 
 def _simplex(values: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension, written out: torch 2.13's CPU softmax over a last dimension
-    of a few bins costs about eight exps (2.8 ms for 512 x 24 x 8), a quarter of a generator pass."""
+    of a few bins is about 8x slower (2.8 ms against 0.35 ms for 512 x 24 x 8), a quarter of a
+    generator pass with gradients."""
     e = torch.exp(values - values.amax(dim=-1, keepdim=True))
     return e / e.sum(dim=-1, keepdim=True)
 
