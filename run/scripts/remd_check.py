@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from bgp4.analysis._arrays import _json_float
 from bgp4.analysis.estimators import (
     N_BLOCKS,
     backbone_dihedrals,
@@ -148,7 +149,7 @@ def _finite_or_null(value: Any) -> Any:
         return {k: _finite_or_null(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_finite_or_null(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+    return _json_float(value) if isinstance(value, float) else value
 
 
 def main() -> None:
