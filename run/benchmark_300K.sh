@@ -10,8 +10,8 @@
 # 60 dims: the test NLL is best near 250-500 steps and the reverse ESS falls after 250 (0.28, 0.33,
 # 0.20, 0.14 and 0.01 at 125, 250, 500, 1,000 and 2,000 steps, one seed each). 250 steps take about
 # 2 min per run on one core; the AIS refinement of SAMPLES samples is most of the cost (about
-# 3 min per 20,000 on one core). The tetrapeptide's step count is not yet probed: probe it first
-# with run/scripts/step_probe.sh DATA OUT 125 250 500 1000 and set STEPS.
+# 3 min per 20,000 on one core). The tetrapeptide's probe (run/scripts/step_probe.sh DATA OUT
+# 125 250 500 1000) also put its best test NLL and ESS at 250 steps (same study).
 # FAB_STEPS > 0 adds FAB after the dipeptide's spline runs (`bgp4 sweep --init`): the table's FAB row.
 #   bash run/benchmark_300K.sh [OUT] [DATA]          # STEPS=250 SAMPLES=100000 FAB_STEPS=0 by default
 set -euo pipefail
