@@ -44,17 +44,18 @@ def test_table_lists_published_rows_and_each_sweep_model(tmp_path):
 
 
 def test_a_second_sweep_of_one_molecule_names_its_objective(tmp_path):
-    """A likelihood sweep and a FAB sweep after it: both give rows; the FAB rows say so."""
+    """A likelihood sweep and a FAB sweep after it: both give rows; the FAB rows say so, with their batch."""
     dirs = []
     for name, objective in (("ml", "ml"), ("fab", "fab")):
         (tmp_path / name / "report").mkdir(parents=True)
         (tmp_path / name / "report" / "metrics.json").write_text(json.dumps(_summary()))
-        (tmp_path / name / "sweep.json").write_text(json.dumps({"train": {"objective": objective}}))
+        (tmp_path / name / "sweep.json").write_text(json.dumps({"train": {"objective": objective, "batch": 2048}}))
         dirs += ["--dipeptide", str(tmp_path / name)]
     done = subprocess.run([sys.executable, str(SCRIPT), *dirs], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if line.startswith("| spline")]
-    assert rows == ["| spline", "| spline +AIS(20)", "| spline (fab)", "| spline +AIS(20) (fab)"]
+    fab = "(fab, batch 2048)"
+    assert rows == ["| spline", "| spline +AIS(20)", f"| spline {fab}", f"| spline +AIS(20) {fab}"]
 
 
 def test_no_sweep_is_an_error(tmp_path):

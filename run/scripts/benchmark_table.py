@@ -10,7 +10,8 @@ seeds, with 95 % Student-t intervals), on the metrics `bgp4 analyze` computes th
 
 SWEEP is a sweep directory or its `report/` folder; give a molecule several (for example a
 likelihood sweep and a `bgp4 sweep --init` FAB sweep after it): a row whose runs trained with an
-objective other than maximum likelihood names it ("spline (fab)"). Prints a Markdown table; `--out`
+objective other than maximum likelihood names it and its batch ("spline (fab, batch 512)": FAB's
+batch sets its gradient noise, see run/results/benchmark-300K/). Prints a Markdown table; `--out`
 writes it too. MD frames count as evaluations, as in the table: the data file's MD steps
 (equilibration and every replica-exchange temperature included) are a column of their own.
 """
@@ -47,10 +48,14 @@ COLUMNS = (
 
 
 def _objective(report: Path) -> str:
-    """The objective a sweep's runs trained with, from its sweep.json beside the report ("ml" if unknown)."""
+    """What a sweep's runs trained with, from its sweep.json beside the report: "ml" (also if
+    unknown), or another objective with its batch ("fab, batch 2048")."""
     for candidate in (report.parent / "sweep.json", report.parent.parent / "sweep.json"):
         if candidate.is_file():
-            return str(json.loads(candidate.read_text()).get("train", {}).get("objective") or "ml")
+            train = json.loads(candidate.read_text()).get("train", {})
+            objective = str(train.get("objective") or "ml")
+            batch = train.get("batch")
+            return objective if objective == "ml" or batch is None else f"{objective}, batch {batch}"
     return "ml"
 
 
@@ -85,7 +90,8 @@ def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
             stats = summary["metrics"].get(key, {}).get("models", {}).get(model)
             seeds = max(seeds, (stats or {}).get("n", 0))
             cells.append(_cell(stats, kind))
-        label = model if objective == "ml" or f"-{objective}" in model else f"{model} ({objective})"
+        named = f"-{objective.split(',')[0]}" in model  # a sweep with objectives as an axis names them
+        label = model if objective == "ml" or named else f"{model} ({objective})"
         rows.append((label, cells, seeds))
     return rows
 
