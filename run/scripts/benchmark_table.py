@@ -47,16 +47,12 @@ COLUMNS = (
 )
 
 
-def _objective(report: Path) -> str:
-    """What a sweep's runs trained with, from its sweep.json beside the report: "ml" (also if
-    unknown), or another objective with its batch ("fab, batch 2048")."""
+def _train(report: Path) -> dict:
+    """The train settings of a sweep's runs, from its sweep.json beside the report ({} if unknown)."""
     for candidate in (report.parent / "sweep.json", report.parent.parent / "sweep.json"):
         if candidate.is_file():
-            train = json.loads(candidate.read_text()).get("train", {})
-            objective = str(train.get("objective") or "ml")
-            batch = train.get("batch")
-            return objective if objective == "ml" or batch is None else f"{objective}, batch {batch}"
-    return "ml"
+            return json.loads(candidate.read_text()).get("train", {})
+    return {}
 
 
 def _load(path: Path) -> dict:
@@ -64,7 +60,7 @@ def _load(path: Path) -> dict:
         if candidate.is_file():
             summary = json.loads(candidate.read_text())
             if "metrics" in summary and "models" in summary:
-                return {**summary, "objective": _objective(candidate)}
+                return {**summary, "train": _train(candidate)}
     raise SystemExit(f"{path}: no sweep report (report/metrics.json from `bgp4 sweep`)")
 
 
@@ -81,8 +77,10 @@ def _cell(stats: dict | None, kind: str) -> str:
 
 def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
     """(row label, cells in COLUMNS order, seeds) for every model of a sweep report; the label is
-    the model, with the sweep's objective in brackets when it is not maximum likelihood."""
-    objective = summary.get("objective", "ml")
+    the model, with the sweep's objective and batch in brackets when it is not maximum likelihood."""
+    train = summary.get("train", {})
+    objective = str(train.get("objective") or "ml")
+    trained = objective if train.get("batch") is None else f"{objective}, batch {train['batch']}"
     rows = []
     for model in summary["models"]:
         cells, seeds = [], 0
@@ -90,8 +88,8 @@ def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
             stats = summary["metrics"].get(key, {}).get("models", {}).get(model)
             seeds = max(seeds, (stats or {}).get("n", 0))
             cells.append(_cell(stats, kind))
-        named = f"-{objective.split(',')[0]}" in model  # a sweep with objectives as an axis names them
-        label = model if objective == "ml" or named else f"{model} ({objective})"
+        named = f"-{objective}" in model  # a sweep with objectives as an axis names them
+        label = model if objective == "ml" or named else f"{model} ({trained})"
         rows.append((label, cells, seeds))
     return rows
 
