@@ -2,7 +2,8 @@
 # Issue 28: training with the energy, from the best maximum-likelihood recipe (alanine dipeptide,
 # 600 K, 48 dims): 100 ns of MD, the spline generator with relabelled methyl hydrogens (24,000
 # likelihood steps, 43-53 min on 2 quiet cores), then FAB and reverse KL from it, each with the
-# rest of a 2 h training budget (3,900 FAB steps at 0.97 s, 9,000 KL steps at 0.21 s), 100,000
+# rest of a 2 h training budget (1,000 FAB steps of batch 2048 at 3.0-3.4 s, 55 min; at batch 512
+# FAB stayed at 0.80, see run/results/energy-training-from-best-ml; 9,000 KL steps at 0.21 s), 100,000
 # samples of each, one report; then FAB from scratch, without the MD data, and its report.
 #
 # Resumable: every command continues where a killed one stopped. Time it on quiet cores: other
@@ -17,8 +18,8 @@ bgp4 simulate --out "$data" --frames 1000000 --save-every 50 --replicas 4 --seed
 bgp4 train --data "$data" --model spline --out "$out/ml" --steps 24000 --energy-steps 0 --batch 512 \
   --augment --workers 1 --quiet
 bgp4 sample "$out/ml" --n 100000 --workers 2 --quiet
-bgp4 train --data "$data" --init "$out/ml" --model spline --steps 0 --batch 512 --augment \
-  --objective fab --energy-steps 3900 --eval-every 200 --workers 2 --out "$out/fab" --quiet
+bgp4 train --data "$data" --init "$out/ml" --model spline --steps 0 --batch 2048 --augment \
+  --objective fab --energy-steps 1000 --eval-every 100 --workers 2 --out "$out/fab" --quiet
 bgp4 train --data "$data" --init "$out/ml" --model spline --steps 0 --batch 512 --augment \
   --objective kl --energy-steps 9000 --eval-every 500 --workers 2 --out "$out/kl" --quiet
 bgp4 sample "$out/fab" --n 100000 --workers 2 --quiet

@@ -42,3 +42,20 @@ log=$L/kl-stage.log
 { date -u; python -m bgp4.cli train --data $D --init $ML --model spline --steps 0 --batch 512 --augment --objective kl --energy-steps 9000 --eval-every 500 --workers 2 --out $L/s100-kl --quiet; date -u; } >> $log 2>&1
 { python -m bgp4.cli sample $L/s100-kl --n 100000 --workers 2 --quiet; date -u; } >> $log 2>&1
 { python -m bgp4.cli analyze $ML $L/s100-kl --data $D --out $L/report-ml-kl --workers 2; date -u; } >> $log 2>&1
+#!/usr/bin/env bash
+# Issue 28: FAB at batch 2048 from the best 600 K ML recipe (snapshot m20 = dbd26ce)
+set -euo pipefail
+export PYTHONPATH=/root/bgp4-m20
+b() { python -c "import sys; from bgp4.cli import main; sys.argv[0]='bgp4'; main()" "$@"; }
+out=/root/bgp4-long/energy
+data=$out/ala2-600K-100ns.h5
+cd $out
+date; b simulate --out "$data" --frames 1000000 --save-every 50 --replicas 4 --seed 0 --quiet; date
+b train --data "$data" --model spline --out "$out/ml" --steps 24000 --energy-steps 0 --batch 512 \
+  --augment --workers 1 --quiet; date
+b train --data "$data" --init "$out/ml" --model spline --steps 0 --batch 2048 --augment \
+  --objective fab --energy-steps 1000 --eval-every 100 --workers 2 --out "$out/fab2048" --quiet; date
+# then (post.sh): 100,000 samples of each and one report
+python -m bgp4.cli sample $out/ml --n 100000 --workers 2 --quiet
+python -m bgp4.cli sample $out/fab2048 --n 100000 --workers 2 --quiet
+python -m bgp4.cli analyze $out/ml $out/fab2048 --data $data --out $out/report-ml-fab2048 --workers 2
