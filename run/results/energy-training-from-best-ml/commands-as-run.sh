@@ -59,3 +59,13 @@ b train --data "$data" --init "$out/ml" --model spline --steps 0 --batch 2048 --
 python -m bgp4.cli sample $out/ml --n 100000 --workers 2 --quiet
 python -m bgp4.cli sample $out/fab2048 --n 100000 --workers 2 --quiet
 python -m bgp4.cli analyze $out/ml $out/fab2048 --data $data --out $out/report-ml-fab2048 --workers 2
+# Probes of FAB's settings at batch 2048 from the same ML run (session of 2026-11-28, 17:05-; snapshot m20 = dbd26ce),
+# each on one core (OMP_NUM_THREADS=1) beside the 300 K replica-exchange runs on the other
+export OMP_NUM_THREADS=1
+python -m bgp4.cli train --data $data --init $out/ml --model spline --steps 0 --batch 2048 --augment \
+  --objective fab --energy-steps 300 --eval-every 100 --energy-lr 3e-4 --workers 2 --out $out/fab2048-lr3e-4 --quiet
+python run/scripts/ess_checkpoint.py $out/ml $out/fab2048-lr3e-4 --n 20000
+python run/scripts/ess_checkpoint.py $out/ml $out/fab2048 --n 20000
+python -m bgp4.cli train --data $data --init $out/ml --model spline --steps 0 --batch 2048 --augment \
+  --objective fab --energy-steps 600 --eval-every 100 --energy-lr 1e-4 --fab-reuse 8 --workers 2 --out $out/fab2048-r8 --quiet
+python run/scripts/ess_checkpoint.py $out/ml $out/fab2048-r8 --n 20000
