@@ -8,7 +8,11 @@ through x, with stand-in forces), and u with forces
 from the OpenMM bridge; then the whole `evaluate` call, evaluations per second, and the minutes
 that 100,000 samples at K = 20 (47.1 evaluations per sample, pilot included) would take.
 
-Usage: python run/bench/bench_refine_cost.py RUN [--n 2000] [--repeats 3] [--threads 0] [--workers 0]
+With `--compile`, the flow's forward and backward pass again through torch.compile (static
+shapes, as FAB's fixed batch would give it): the compile time, the compiled pass's median, its
+speed-up over the eager pass, and the largest gradient difference (float32 rounding).
+
+Usage: python run/bench/bench_refine_cost.py RUN [--n 2000] [--repeats 3] [--threads 0] [--workers 0] [--compile]
 """
 
 from __future__ import annotations
@@ -57,6 +61,34 @@ def _median_split(first, second, repeats: int) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
+def _flow_pass(generate, z: torch.Tensor, forces: torch.Tensor) -> torch.Tensor:
+    """Gradient in z of log q + x . forces, one flow forward and backward pass (a MALA move's flow cost)."""
+    zb = z.detach().requires_grad_(True)
+    x, log_q = generate(zb)
+    return torch.autograd.grad(log_q.sum() + (x * forces).sum(), zb)[0]
+
+
+def compile_report(bg, z: torch.Tensor, forces: torch.Tensor, repeats: int) -> str:
+    """The flow pass eager and torch.compile'd, timed in alternation: a `name: value` line."""
+
+    def eager(zb):
+        s = bg.generate(zb)
+        return s.x, s.log_q
+
+    compiled = torch.compile(eager, dynamic=False)
+    t0 = time.perf_counter()
+    g_compiled = _flow_pass(compiled, z, forces)
+    compile_s = time.perf_counter() - t0
+    diff = (g_compiled - _flow_pass(eager, z, forces)).abs().max().item()
+    eager_s, compiled_s = _median_split(
+        lambda: _flow_pass(eager, z, forces), lambda: _flow_pass(compiled, z, forces), repeats
+    )
+    return (
+        f"compile_s: {compile_s:.1f}  flow_pass_eager_s: {eager_s:.3f}  flow_pass_compiled_s: {compiled_s:.3f}"
+        f"  compiled_speedup: {eager_s / compiled_s:.2f}  grad_max_abs_diff: {diff:.2e}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="run directory holding model.pt and complete.json")
@@ -64,6 +96,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     parser.add_argument("--workers", type=int, default=0, help="energy processes (0: one per core)")
+    parser.add_argument("--compile", action="store_true", help="also time the flow pass under torch.compile")
     args = parser.parse_args()
     bg, temperature = frozen_run(args.run, args.threads)
     with OpenMMEnergy(bg.molecule().system, temperature, n_workers=args.workers or None) as energy:
@@ -92,6 +125,8 @@ def main() -> None:
         f"  evaluate_s: {evaluate_s:.3f}  flow_share: {(forward_s + backward_s) / evaluate_s:.2f}"
     )
     print(f"evals_per_s: {rate:.0f}  minutes_100k_K20: {100_000 * EVALS_PER_SAMPLE_K20 / rate / 60:.1f}")
+    if args.compile:
+        print(compile_report(bg, z, forces, args.repeats))
 
 
 if __name__ == "__main__":
