@@ -12,7 +12,8 @@
 # 2 min per run on one core; the AIS refinement of SAMPLES samples is most of the cost (about
 # 3 min per 20,000 on one core). The tetrapeptide's probe (run/scripts/step_probe.sh DATA OUT
 # 125 250 500 1000) also put its best test NLL and ESS at 250 steps (same study).
-# FAB_STEPS > 0 adds FAB after the dipeptide's spline runs (`bgp4 sweep --init`): the table's FAB row.
+# FAB_STEPS > 0 adds FAB after the dipeptide's spline runs (`bgp4 sweep --init`): the table's FAB row,
+# at FAB_BATCH samples per AIS run (2048 by default: at 512, FAB stalls near where ML leaves it).
 #   bash run/benchmark_300K.sh [OUT] [DATA]          # STEPS=250 SAMPLES=100000 FAB_STEPS=0 by default
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
@@ -20,7 +21,10 @@ data="${2:-data}"
 steps="${STEPS:-250}"
 samples="${SAMPLES:-100000}"
 fab_steps="${FAB_STEPS:-0}"
-[[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
+fab_batch="${FAB_BATCH:-2048}"
+for v in "FAB_STEPS=$fab_steps" "FAB_BATCH=$fab_batch"; do
+  [[ ${v#*=} =~ ^[0-9]+$ ]] || { echo "${v%%=*} must be a whole number, got '${v#*=}'" >&2; exit 2; }
+done
 
 for molecule in ala2 ala4; do
   bgp4 sweep --data "$data/$molecule-300K-remd.h5" --models spline,spline-p4inv --seeds 3 \
@@ -31,8 +35,8 @@ fab=()
 if [ "$fab_steps" -gt 0 ]; then
   # FAB after each likelihood run of the spline kind (sweep --init), raw and refined like the ML rows
   bgp4 sweep --init "$out/ala2" --data "$data/ala2-300K-remd.h5" --models spline --seeds 3 --steps 0 \
-    --objective fab --energy-steps "$fab_steps" --eval-every 100 --samples "$samples" --batch 512 --augment \
-    --refine 20 --refine-steps 0 --out "$out/ala2-fab" --quiet
-  fab=(--dipeptide "$out/ala2-fab")
+    --objective fab --energy-steps "$fab_steps" --eval-every 100 --samples "$samples" --batch "$fab_batch" --augment \
+    --refine 20 --refine-steps 0 --out "$out/ala2-fab$fab_batch" --quiet
+  fab=(--dipeptide "$out/ala2-fab$fab_batch")
 fi
 python run/scripts/benchmark_table.py --dipeptide "$out/ala2" ${fab[@]+"${fab[@]}"} --tetrapeptide "$out/ala4" --out "$out/table.md"
