@@ -69,3 +69,12 @@ python run/scripts/ess_checkpoint.py $out/ml $out/fab2048 --n 20000
 python -m bgp4.cli train --data $data --init $out/ml --model spline --steps 0 --batch 2048 --augment \
   --objective fab --energy-steps 600 --eval-every 100 --energy-lr 1e-4 --fab-reuse 8 --workers 2 --out $out/fab2048-r8 --quiet
 python run/scripts/ess_checkpoint.py $out/ml $out/fab2048-r8 --n 20000
+# Session of 2026-11-28, 19:38-: independence moves alone in FAB's AIS (no MALA moves, so no backward pass
+# through the flow), one core beside the 300 K replica exchange and a sweep on the two cores; snapshot m20 = dbd26ce
+python -m bgp4.cli train --data $data --init $out/ml --model spline --steps 0 --batch 2048 --augment \
+  --objective fab --energy-steps 600 --eval-every 100 --energy-lr 1e-4 --fab-moves 0 --fab-independence 2 \
+  --workers 2 --out $out/fab2048-imh --quiet
+python run/scripts/ess_checkpoint.py $out/ml $out/fab2048-imh --n 20000
+# the cost of one AIS run, MALA against independence moves alone, in alternation (from the repository root)
+python run/bench/bench_fab_ais.py $out/ml --n 2048 --repeats 3 --threads 1 --workers 1
+python run/bench/bench_refine_cost.py $out/ml --n 2048 --repeats 5 --threads 1 --workers 1 --compile
