@@ -13,8 +13,9 @@
 # 3 min per 20,000 on one core). The tetrapeptide's probe (run/scripts/step_probe.sh DATA OUT
 # 125 250 500 1000) also put its best test NLL and ESS at 250 steps (same study).
 # FAB_STEPS > 0 adds FAB after the dipeptide's spline runs (`bgp4 sweep --init`): the table's FAB row,
-# at FAB_BATCH samples per AIS run (2048 by default: at 512, FAB stalls near where ML leaves it).
-#   bash run/benchmark_300K.sh [OUT] [DATA]          # STEPS=250 SAMPLES=100000 FAB_STEPS=0 by default
+# at FAB_BATCH samples per AIS run (2048 by default: at 512 FAB plateaus, 0.35 against 0.44 at 2048
+# after 300 steps, one seed).
+#   bash run/benchmark_300K.sh [OUT] [DATA]   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 by default
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
@@ -22,8 +23,11 @@ steps="${STEPS:-250}"
 samples="${SAMPLES:-100000}"
 fab_steps="${FAB_STEPS:-0}"
 fab_batch="${FAB_BATCH:-2048}"
-for v in "FAB_STEPS=$fab_steps" "FAB_BATCH=$fab_batch"; do
-  [[ ${v#*=} =~ ^[0-9]+$ ]] || { echo "${v%%=*} must be a whole number, got '${v#*=}'" >&2; exit 2; }
+[[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
+[[ $fab_batch =~ ^[1-9][0-9]*$ ]] || { echo "FAB_BATCH must be a positive whole number, got '$fab_batch'" >&2; exit 2; }
+# bgp4 sweep would simulate a missing data file with plain MD: these must be the replica-exchange files
+for molecule in ala2 ala4; do
+  [ -f "$data/$molecule-300K-remd.h5" ] || { echo "no $data/$molecule-300K-remd.h5: make it with run/long_runs.sh" >&2; exit 2; }
 done
 
 for molecule in ala2 ala4; do

@@ -5,7 +5,11 @@ energy-training-from-best-ml). A MALA move needs the gradient in z, so a backwar
 the flow for every evaluation; an independence move needs the flow's forward pass only, and
 with no MALA moves at all (`--fab-moves 0`) the whole AIS run is forward passes. This times
 `bgp4.generator.fab.FabSampler.run` on a trained run's generator for each setting, the settings
-in alternation (`--repeats` rounds), so that other programs on the cores slow each alike.
+in alternation (`--repeats` rounds), so that other programs on the cores slow each alike. The
+time of a run includes its last pass, which maps the final samples to flow coordinates and log q
+(one forward pass, no energy), so ms per evaluation slightly overstates an evaluation's cost.
+Each setting's step sizes start at `INITIAL_STEP` and adapt between its runs, so the first
+round's AIS ESS is from unadapted MALA steps.
 
 Prints one line per setting (`moves/independence`): the median seconds of an AIS run of n
 samples, the target evaluations per sample, milliseconds per evaluation, and the mean ESS of the
@@ -70,7 +74,8 @@ def main() -> None:
     args = parser.parse_args()
     bg, temperature = frozen_run(args.run, args.threads)
     with OpenMMEnergy(bg.molecule().system, temperature, n_workers=args.workers or None) as energy:
-        FabSampler(1, 0, 1).run(bg, energy, 64, torch.Generator().manual_seed(1))  # warm-up: starts the workers
+        for moves, independence in args.settings:  # warm-up: workers, first forces, first backward pass
+            FabSampler(1, moves, independence).run(bg, energy, 64, torch.Generator().manual_seed(1))
         results = time_settings(bg, energy, args.settings, args.n, args.levels, args.repeats)
     print(f"run: {args.run}  n: {args.n}  levels: {args.levels}  torch threads: {torch.get_num_threads()}")
     first = statistics.median(results[args.settings[0]][0])

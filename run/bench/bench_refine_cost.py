@@ -8,9 +8,11 @@ through x, with stand-in forces), and u with forces
 from the OpenMM bridge; then the whole `evaluate` call, evaluations per second, and the minutes
 that 100,000 samples at K = 20 (47.1 evaluations per sample, pilot included) would take.
 
-With `--compile`, the flow's forward and backward pass again through torch.compile (static
-shapes, as FAB's fixed batch would give it): the compile time, the compiled pass's median, its
-speed-up over the eager pass, and the largest gradient difference (float32 rounding).
+With `--compile`, the flow's forward and backward pass again through torch.compile at one fixed
+batch size: the compile time, the compiled pass's median, its speed-up over the eager pass, and
+the largest gradient difference (float32 rounding). A best case for AIS: its moves evaluate only
+the live samples, whose number varies, so static shapes would recompile; and the parameters are
+frozen here, while FAB trains them.
 
 Usage: python run/bench/bench_refine_cost.py RUN [--n 2000] [--repeats 3] [--threads 0] [--workers 0] [--compile]
 """
