@@ -652,3 +652,16 @@ def test_interrupted_sweep_checkpoints_its_running_runs(data_file, tmp_path):
         step = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
         assert 100 <= step < 100000 and not (run / "complete.json").exists()
         assert "task stopped" in (run / "log.txt").read_text()
+
+
+def test_local_cluster_workers_keep_glibc_memory_trimming(monkeypatch):
+    """Dask's nanny would set MALLOC_TRIM_THRESHOLD_=65536, which made FAB steps 3x slower; the
+    thread limits it sets stay."""
+    from bgp4.sweep.cluster import open_client
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    with open_client(None, 1) as client:
+        seen = list(
+            client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")}).values()
+        )
+    assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]

@@ -20,6 +20,8 @@ __all__ = ["CONNECT_TIMEOUT_S", "local_cluster_size", "open_client", "task_slots
 
 #: Seconds to wait for a scheduler given with --scheduler (the CLI promises an answer within 15 s).
 CONNECT_TIMEOUT_S = 10
+#: The dask config key of the environment that a nanny gives the worker processes it starts.
+PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
 
 
 def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, workers: int | None) -> int:
@@ -52,6 +54,7 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
     """A `distributed.Client`: on `scheduler`, or on a new LocalCluster of `n_workers` processes."""
     import logging
 
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler:
@@ -81,8 +84,13 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
                     client.unregister_worker_plugin(TrainerCache.name)
         return
     resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
-    # no memory limit: a nanny restart for memory would only repeat the part a worker was on
+    # no memory limit: a nanny restart for memory would only repeat the part a worker was on.
+    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers: glibc then returns freed memory
+    # at once, and the flow's many short-lived tensors fault their pages in again; FAB steps ran 3x
+    # slower than in `bgp4 train` (run/results/benchmark-300K). The other variables stay.
+    environ = {k: v for k, v in dask.config.get(PRE_SPAWN_ENVIRON, {}).items() if k != "MALLOC_TRIM_THRESHOLD_"}
     with (
+        dask.config.set({PRE_SPAWN_ENVIRON: environ}),
         LocalCluster(
             n_workers=n_workers,
             threads_per_worker=1,
