@@ -665,3 +665,20 @@ def test_local_cluster_workers_keep_glibc_memory_trimming(monkeypatch):
             client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")}).values()
         )
     assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
+
+
+def test_workers_started_elsewhere_with_the_trim_threshold_get_one_warning(capsys):
+    """Workers that a user starts with a nanny keep its MALLOC_TRIM_THRESHOLD_: the sweep says so."""
+    from distributed import LocalCluster
+
+    from bgp4.sweep.cluster import open_client, trim_threshold_warning
+
+    assert trim_threshold_warning({"tcp://a": None}) is None
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0", memory_limit=0) as cluster:
+        with open_client(cluster.scheduler_address, 1):
+            pass
+    lines = [line for line in capsys.readouterr().err.splitlines() if "MALLOC_TRIM_THRESHOLD_" in line]
+    assert lines == [
+        "warning: 1 of 1 Dask workers run with MALLOC_TRIM_THRESHOLD_ set (the nanny's default), "
+        "which made FAB steps 3x slower; start them with `dask worker ... --no-nanny`"
+    ]

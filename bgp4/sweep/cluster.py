@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 from bgp4.errors import InputError
 from bgp4.sweep.plugins import IgnoreInterrupts, TrainerCache
 
-__all__ = ["CONNECT_TIMEOUT_S", "local_cluster_size", "open_client", "task_slots"]
+__all__ = ["CONNECT_TIMEOUT_S", "local_cluster_size", "open_client", "task_slots", "trim_threshold_warning"]
 
 #: Seconds to wait for a scheduler given with --scheduler (the CLI promises an answer within 15 s).
 CONNECT_TIMEOUT_S = 10
@@ -36,6 +37,25 @@ def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, 
             raise InputError("gpus_per_run (--gpus-per-run) asks for GPUs, but torch sees none on this machine")
         size = min(size, max(1, int(gpus / gpus_per_run)))
     return max(1, workers if workers else min(size, n_tasks))
+
+
+def trim_threshold_warning(per_worker: dict[str, str | None]) -> str | None:
+    """A one-line warning when workers run with MALLOC_TRIM_THRESHOLD_ set (a nanny's default), or None.
+
+    `per_worker` maps a worker's address to its value of the variable (None where unset).
+    """
+    slowed = sorted(address for address, value in per_worker.items() if value is not None)
+    if not slowed:
+        return None
+    return (
+        f"warning: {len(slowed)} of {len(per_worker)} Dask workers run with MALLOC_TRIM_THRESHOLD_ set "
+        "(the nanny's default), which made FAB steps 3x slower; start them with `dask worker ... --no-nanny`"
+    )
+
+
+def _trim_threshold() -> str | None:
+    """This process's MALLOC_TRIM_THRESHOLD_ (run on each worker)."""
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
 
 
 def _reachable(address: str) -> None:
@@ -67,6 +87,8 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
                 f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})"
             ) from None
         with client:
+            if warning := trim_threshold_warning(client.run(_trim_threshold)):
+                print(warning, file=sys.stderr)
             _register(client, TrainerCache())
             try:
                 if gpus_per_run > 0:
