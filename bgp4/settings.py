@@ -114,6 +114,8 @@ MODELS = kind_names()
 SPLINE_MODELS = tuple(k.name for k in KINDS.values() if k.circular)
 COMPILE_MODES = ("auto", "on", "off")
 LR_SCHEDULES = ("auto", "constant", "cosine")
+#: The energy phase's learning-rate schedules: constant, or cosine decay to 1 % over its steps.
+ENERGY_LR_SCHEDULES = ("constant", "cosine")
 # hand: the molecule's own z-matrix (alanine dipeptide: the hand-written one of the paper's setup);
 # auto: bgp4.simulation.zmatrix's, built from the bond graph
 ZMATRICES = ("hand", "auto")
@@ -158,6 +160,7 @@ class TrainSettings:
     lr: float = 1e-3
     energy_steps: int = 2_000
     energy_lr: float = 0.0  # 0: the objective's (ENERGY_LR: mixed 1e-5 as in the paper, kl and fab 1e-4)
+    energy_lr_schedule: str = "constant"  # constant | cosine (decay to 1 % over the energy phase)
     energy_weight: float = 0.05  # w_e / w_l (mixed)
     objective: str = "mixed"  # ml | mixed | kl | fab: what the energy phase trains (OBJECTIVES)
     fab_levels: int = 8  # FAB: intermediate distributions of each AIS run towards p^2/q
@@ -262,6 +265,11 @@ class TrainSettings:
             raise InputError(f"objective (--objective) must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if not self.energy_lr >= 0:
             raise InputError(f"energy_lr (--energy-lr) must be positive (0: the objective's), got {self.energy_lr}")
+        if self.energy_lr_schedule not in ENERGY_LR_SCHEDULES:
+            raise InputError(
+                "energy_lr_schedule (--energy-lr-schedule) must be one of "
+                f"{', '.join(ENERGY_LR_SCHEDULES)}, got {self.energy_lr_schedule!r}"
+            )
         if not self.energy_weight >= 0:
             raise InputError(f"energy_weight (--energy-weight) must be >= 0, got {self.energy_weight}")
         for name, low, high in _FAB_RANGES:

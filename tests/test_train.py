@@ -870,3 +870,28 @@ def test_runs_from_scratch_refuse_what_they_cannot_do(md_file, tmp_path, cli):
         line = _one_line_error(cli("train", "--out", str(tmp_path / "bad"), *args))
         assert message in line, line
         assert not (tmp_path / "bad").exists()
+
+
+def test_energy_phase_learning_rate_is_constant_or_decays_over_its_own_steps():
+    """--energy-lr-schedule cosine decays the energy phase's rate from --energy-lr to 1 % of it over
+    --energy-steps, counted from the phase's start; constant (the default) keeps it."""
+    from types import SimpleNamespace
+
+    from bgp4.generator.loop import TrainingLoop
+
+    settings = TrainSettings(
+        model="spline", steps=100, energy_steps=50, objective="fab", energy_lr_schedule="cosine"
+    ).validated()
+    assert settings.energy_lr == 1e-4 and settings.lr_schedule == "cosine"
+
+    def rate(step: int, s=settings) -> float:
+        return TrainingLoop.learning_rate(SimpleNamespace(s=s, step=step, phase="ml" if step < s.steps else "energy"))
+
+    assert rate(0) == pytest.approx(1e-3) and rate(99) == pytest.approx(1e-5, rel=0.03)
+    assert (
+        rate(100) == pytest.approx(1e-4) and rate(125) == pytest.approx(0.505e-4) and rate(150) == pytest.approx(1e-6)
+    )
+    constant = replace(settings, energy_lr_schedule="constant")
+    assert rate(125, constant) == rate(150, constant) == pytest.approx(1e-4)
+    with pytest.raises(InputError, match=r"--energy-lr-schedule\) must be one of constant, cosine"):
+        TrainSettings(objective="fab", energy_lr_schedule="step").validated()

@@ -65,6 +65,12 @@ def train(
         "--energy-lr",
         help="Adam learning rate, energy phase; 0: the objective's (mixed 1e-5, kl and fab 1e-4)." + _d("energy_lr"),
     ),
+    energy_lr_schedule: Optional[str] = typer.Option(
+        None,
+        "--energy-lr-schedule",
+        help="Energy-phase learning rate: constant, or cosine (decay to 1 % over --energy-steps)."
+        + _d("energy_lr_schedule"),
+    ),
     energy_weight: Optional[float] = typer.Option(
         None, "--energy-weight", help="mixed: ratio w_e / w_l of energy to likelihood loss." + _d("energy_weight")
     ),
@@ -268,6 +274,7 @@ def train(
         lr=lr,
         energy_steps=energy_steps,
         energy_lr=energy_lr,
+        energy_lr_schedule=energy_lr_schedule,
         energy_weight=energy_weight,
         objective=objective,
         fab_levels=fab_levels,

@@ -37,9 +37,21 @@ if TYPE_CHECKING:
     from bgp4.generator.training_data import TrainingData
     from bgp4.settings import TrainSettings
 
-__all__ = ["LOG_EVERY", "TrainingLoop"]
+__all__ = ["LOG_EVERY", "TrainingLoop", "scheduled_lr"]
 
 LOG_EVERY = 100  # steps between metrics records (train NLL averaged over them)
+
+
+def scheduled_lr(lr: float, schedule: str, step: int, steps: int) -> float:
+    """The learning rate at `step` of a phase of `steps`: `lr` (constant), or cosine decay from `lr`
+    to 1 % of it (cosine).
+
+    >>> scheduled_lr(1e-3, "cosine", 100, 100)
+    1e-05
+    """
+    if schedule == "cosine":
+        return lr * (0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * step / max(1, steps))))
+    return lr
 
 
 class TrainingLoop:
@@ -223,12 +235,12 @@ class TrainingLoop:
         return loss, info
 
     def learning_rate(self) -> float:
-        """The learning rate of the current step: constant, or cosine decay to 1 % over the likelihood phase."""
+        """The learning rate of the current step: each phase's, constant or cosine decay to 1 % over its steps."""
         if self.phase == "energy":
-            return self.s.energy_lr
-        if self.s.lr_schedule == "cosine":
-            return self.s.lr * (0.01 + 0.99 * 0.5 * (1.0 + math.cos(math.pi * self.step / max(1, self.s.steps))))
-        return self.s.lr
+            return scheduled_lr(
+                self.s.energy_lr, self.s.energy_lr_schedule, self.step - self.s.steps, self.s.energy_steps
+            )
+        return scheduled_lr(self.s.lr, self.s.lr_schedule, self.step, self.s.steps)
 
     def train_step(self, energy) -> dict[str, float] | None:
         """One update (the counters stay); None where the loss or gradient was not finite (nothing applied)."""
