@@ -78,3 +78,9 @@ python run/scripts/ess_checkpoint.py $out/ml $out/fab2048-imh --n 20000
 # the cost of one AIS run, MALA against independence moves alone, in alternation (from the repository root)
 python run/bench/bench_fab_ais.py $out/ml --n 2048 --repeats 3 --threads 1 --workers 1
 python run/bench/bench_refine_cost.py $out/ml --n 2048 --repeats 5 --threads 1 --workers 1 --compile
+# Session of 2026-11-29 (session 13): the energy phase's rate decayed (cosine, 1e-4 to 1e-6 over 600 steps),
+# otherwise the fab2048-r8 probe; one core beside the tetrapeptide's replica exchange; snapshot m22 = d32cd43
+python -m bgp4.cli train --data $data --init $out/ml --model spline --steps 0 --batch 2048 --augment \
+  --objective fab --energy-steps 600 --eval-every 100 --energy-lr 1e-4 --energy-lr-schedule cosine --fab-reuse 8 \
+  --workers 1 --out $out/fab2048-r8-cos --quiet
+python run/scripts/ess_checkpoint.py $out/ml $out/fab2048-r8-cos --n 20000
