@@ -23,6 +23,8 @@ __all__ = ["CONNECT_TIMEOUT_S", "local_cluster_size", "open_client", "task_slots
 CONNECT_TIMEOUT_S = 10
 #: The dask config key of the environment that a nanny gives the worker processes it starts.
 PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
+#: The variable a nanny sets that made FAB steps 3x slower in its workers (run/results/benchmark-300K).
+TRIM_THRESHOLD = "MALLOC_TRIM_THRESHOLD_"
 
 
 def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, workers: int | None) -> int:
@@ -55,7 +57,7 @@ def trim_threshold_warning(per_worker: dict[str, str | None]) -> str | None:
 
 def _trim_threshold() -> str | None:
     """This process's MALLOC_TRIM_THRESHOLD_ (run on each worker)."""
-    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
+    return os.environ.get(TRIM_THRESHOLD)
 
 
 def _reachable(address: str) -> None:
@@ -110,7 +112,7 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
     # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers: glibc then returns freed memory
     # at once, and the flow's many short-lived tensors fault their pages in again; FAB steps ran 3x
     # slower than in `bgp4 train` (run/results/benchmark-300K). The other variables stay.
-    environ = {k: v for k, v in dask.config.get(PRE_SPAWN_ENVIRON, {}).items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    environ = {k: v for k, v in dask.config.get(PRE_SPAWN_ENVIRON, {}).items() if k != TRIM_THRESHOLD}
     with (
         dask.config.set({PRE_SPAWN_ENVIRON: environ}),
         LocalCluster(
