@@ -430,3 +430,25 @@ def test_merge_data_script_concatenates_frames_of_one_target(tiny_run, tmp_path)
     )
     assert refused.returncode != 0 and "different temperatures" in refused.stderr
     assert not (tmp_path / "m2.h5").exists()
+
+
+def test_subset_data_script_takes_every_kth_frame_and_keeps_the_md_cost(tiny_run, tmp_path):
+    """run/scripts/subset_data.py: frames start, start + K, ...; save_every times K, so the MD
+    behind the subset is counted; a subset past the input's end is refused with nothing written."""
+    script = Path(__file__).resolve().parents[1] / "run" / "scripts" / "subset_data.py"
+    out = tmp_path / "subset.h5"
+
+    def run(path, *args):
+        command = [sys.executable, str(script), str(path), str(tiny_run), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    done = run(out, "--frames", "6", "--stride", "3", "--start", "2")
+    assert done.returncode == 0, done.stderr
+    subset, full = load_trajectory(out), load_trajectory(tiny_run)
+    np.testing.assert_array_equal(subset.xyz, full.xyz[2:20:3])
+    np.testing.assert_allclose(subset.energies, full.energies[2:20:3], rtol=1e-6)
+    assert subset.settings["frames"] == 6 and subset.settings["save_every"] == 3 * full.settings["save_every"]
+    assert subset.settings["subset_of"] == {"path": str(tiny_run), "start": 2, "stride": 3}
+    refused = run(tmp_path / "s2.h5", "--frames", "8", "--stride", "3")
+    assert refused.returncode != 0 and "has 20 frames" in refused.stderr
+    assert not (tmp_path / "s2.h5").exists()
