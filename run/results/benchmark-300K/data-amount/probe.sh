@@ -11,4 +11,4 @@ cd "$WORK"
 [ -f ala2-600K-25ns-0.5ps.h5 ] || python "$here/../../../scripts/subset_data.py" ala2-600K-25ns-0.5ps.h5 \
   ala2-600K-100ns.h5 --frames 50000 --stride 5
 bash "$here/../../../scripts/step_probe.sh" ala2-600K-25ns-0.5ps.h5 sub50k 250 1000 4000
-bash "$here/../../../scripts/step_probe.sh" ala2-600K-100ns.h5 full 1000 4000
+bash "$here/../../../scripts/step_probe.sh" ala2-600K-100ns.h5 full 250 1000 4000
