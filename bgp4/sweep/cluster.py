@@ -50,7 +50,7 @@ def trim_threshold_warning(per_worker: dict[str, str | None]) -> str | None:
     if not slowed:
         return None
     return (
-        f"warning: {slowed} of {len(per_worker)} Dask workers run with MALLOC_TRIM_THRESHOLD_ set "
+        f"warning: {slowed} of {len(per_worker)} Dask workers run with {TRIM_THRESHOLD} set "
         "(the nanny's default), which made FAB steps 3x slower; start them with `dask worker ... --no-nanny`"
     )
 
