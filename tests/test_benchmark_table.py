@@ -58,6 +58,23 @@ def test_a_second_sweep_of_one_molecule_names_its_objective(tmp_path):
     assert rows == ["| spline", "| spline +AIS(20)", f"| spline {fab}", f"| spline +AIS(20) {fab}"]
 
 
+def test_a_fab_sweep_after_a_fab_sweep_counts_the_energy_steps_of_the_chain(tmp_path):
+    """`bgp4 sweep --init` from a FAB sweep: the label gives each stage's energy steps, first stage first."""
+    first = tmp_path / "first-run"
+    first.mkdir()
+    (first / "settings.json").write_text(json.dumps({"objective": "fab", "energy_steps": 600, "init": "/gone/ml"}))
+    (tmp_path / "more" / "report").mkdir(parents=True)
+    (tmp_path / "more" / "report" / "metrics.json").write_text(json.dumps(_summary()))
+    train = {"objective": "fab", "batch": 2048, "energy_steps": 400}
+    sweep = {"train": train, "runs": {"spline-s0": {"init": str(first)}}}
+    (tmp_path / "more" / "sweep.json").write_text(json.dumps(sweep))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dipeptide", str(tmp_path / "more")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| spline (fab, batch 2048, 600 + 400 steps) | 3 |" in done.stdout
+
+
 def test_no_sweep_is_an_error(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--dipeptide", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode != 0 and "no sweep report" in done.stderr

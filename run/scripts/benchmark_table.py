@@ -10,9 +10,10 @@ seeds, with 95 % Student-t intervals), on the metrics `bgp4 analyze` computes th
 
 SWEEP is a sweep directory or its `report/` folder; give a molecule several (for example a
 likelihood sweep and a `bgp4 sweep --init` FAB sweep after it): a row whose runs trained with an
-objective other than maximum likelihood names it and its batch ("spline (fab, batch 512)": FAB's
-batch sets its gradient noise, see run/results/benchmark-300K/). Prints a Markdown table; `--out`
-writes it too. MD frames count as evaluations, as in the table: the data file's MD steps
+objective other than maximum likelihood names it, its batch and its energy steps, counted along the
+`--init` chain where the runs it started from trained with the energy too ("spline (fab, batch 2048,
+600 + 600 steps)"; FAB's batch sets its gradient noise, see run/results/benchmark-300K/). Prints
+a Markdown table; `--out` writes it too. MD frames count as evaluations, as in the table: the data file's MD steps
 (equilibration and every replica-exchange temperature included) are a column of their own.
 """
 
@@ -47,11 +48,29 @@ COLUMNS = (
 )
 
 
+def _energy_steps(init: str | None, steps: list[int]) -> list[int]:
+    """`steps` preceded by the energy steps of the runs an `--init` chain started from (while they
+    trained with the energy and their settings.json can be read)."""
+    settings = Path(init) / "settings.json" if init else None
+    if settings is None or not settings.is_file():
+        return steps
+    run = json.loads(settings.read_text())
+    if run.get("objective", "ml") in ("ml", "mixed") or not run.get("energy_steps"):
+        return steps
+    return _energy_steps(run.get("init"), [int(run["energy_steps"]), *steps])
+
+
 def _train(report: Path) -> dict:
-    """The train settings of a sweep's runs, from its sweep.json beside the report ({} if unknown)."""
+    """The train settings of a sweep's runs, from its sweep.json beside the report ({} if unknown),
+    with `energy_steps_chain`: the energy steps of each stage, first run of the sweep's chain first."""
     for candidate in (report.parent / "sweep.json", report.parent.parent / "sweep.json"):
         if candidate.is_file():
-            return json.loads(candidate.read_text()).get("train", {})
+            sweep = json.loads(candidate.read_text())
+            train = dict(sweep.get("train", {}))
+            init = next(iter(sweep.get("runs", {}).values()), {}).get("init")
+            if train.get("energy_steps"):
+                train["energy_steps_chain"] = _energy_steps(init, [int(train["energy_steps"])])
+            return train
     return {}
 
 
@@ -77,10 +96,13 @@ def _cell(stats: dict | None, kind: str) -> str:
 
 def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
     """(row label, cells in COLUMNS order, seeds) for every model of a sweep report; the label is
-    the model, with the sweep's objective and batch in brackets when it is not maximum likelihood."""
+    the model, with the sweep's objective, batch and energy steps in brackets when it is not
+    maximum likelihood."""
     train = summary.get("train", {})
     objective = str(train.get("objective") or "ml")
     trained = objective if train.get("batch") is None else f"{objective}, batch {train['batch']}"
+    if train.get("energy_steps_chain"):
+        trained += ", " + " + ".join(str(n) for n in train["energy_steps_chain"]) + " steps"
     rows = []
     for model in summary["models"]:
         cells, seeds = [], 0
