@@ -245,6 +245,73 @@ def test_velocity_refresh_after_an_exchange_scales_the_old_on_step_velocity():
     )
 
 
+def test_exchange_refresh_redraws_only_a_walker_that_changed_temperature(monkeypatch):
+    """refresh="exchange": the first propagation (origin unknown) and one after a move to another
+    temperature draw velocities; propagations that stay at one temperature continue the trajectory,
+    and the harmonic wells keep LangevinMiddle's exact <U> = 3/2 kT a particle."""
+    from openmm import unit
+    from openmmtools import cache, states
+
+    from bgp4.simulation import _remd_move
+
+    calls, refresh = [], _remd_move.refresh_velocities
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["came_from"])
+        refresh(*args, **kwargs)
+
+    monkeypatch.setattr(_remd_move, "refresh_velocities", counted)
+    n, k = 20, 3.6e5
+    cold, hot = (states.ThermodynamicState(_harmonic_wells(n, k), t * unit.kelvin) for t in (300, 400))
+    sampler_state = states.SamplerState(np.zeros((n, 3)) * unit.nanometer)
+    move = _remd_move.SeededLangevinMove(
+        refresh="exchange", timestep=1.0 * unit.femtosecond, collision_rate=10.0 / unit.picosecond, n_steps=7
+    )
+    contexts = cache.ContextCache(platform=openmm.Platform.getPlatformByName("Reference"))
+    kT = cold.kT.value_in_unit(unit.kilojoule_per_mole)
+    u, global_state = [], np.random.get_state()
+    np.random.seed(0)
+    try:
+        for state in (cold, cold, hot, hot, cold):
+            move.apply(state, sampler_state, context_cache=contexts)
+        assert calls == [None, 300.0, 400.0]
+        for _ in range(1100):
+            move.apply(cold, sampler_state, context_cache=contexts)
+            u.append(0.5 * k * np.sum(sampler_state.positions.value_in_unit(unit.nanometer) ** 2) / kT / n)
+    finally:
+        np.random.set_state(global_state)
+    assert len(calls) == 3
+    assert np.mean(u[100:]) == pytest.approx(1.5, abs=0.04)
+    again = _remd_move.SeededLangevinMove.__new__(_remd_move.SeededLangevinMove)
+    again.__setstate__(move.__getstate__())  # how openmmtools stores and reopens the move
+    assert again.refresh == "exchange"
+
+
+def test_an_opened_segment_knows_each_walkers_temperature(tiny, molecule):
+    """The move's note of each walker's last temperature is not stored; opening a segment sets it
+    from the stored assignment, so the first iteration after a resume scales exchanged walkers."""
+    record = Stage(tiny.work).recorded()
+    with remd._openmmtools_quietly():
+        sampler, reporter = remd._resume(tiny.work / "segment-0000", record, molecule.n_atoms)
+        reporter.close()
+    ladder = record["temperatures"]
+    noted = [w._bgp4_last_temperature_K for w in sampler._sampler_states]
+    assert noted == [ladder[int(i)] for i in sampler._replica_thermodynamic_states]
+
+
+def test_exchange_refresh_run_records_it_and_does_not_warn_of_short_iterations(tmp_path):
+    out, stderr = tmp_path / "exchange.h5", io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        simulate(out, replace(TINY, frames=10, velocity_refresh="exchange"), progress=False)
+    settings = read_settings(out)
+    assert settings["velocity_refresh"] == "exchange" and "after an exchange only" in settings["move"]
+    assert "redraws velocities" not in stderr.getvalue()
+    assert load_trajectory(out).xyz.shape[0] == 10
+    assert completed(out, replace(TINY, frames=10, velocity_refresh="exchange"))
+    with pytest.raises(InputError, match="velocity_refresh"):
+        completed(out, replace(TINY, frames=10))
+
+
 def test_timestep_error_names_the_limit_of_the_constraints_in_force():
     with pytest.raises(
         InputError, match=r"3 fs is too long for constrained X-H bonds \(constraints hbonds\): use at most 2 fs"
@@ -314,6 +381,9 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
         (["--replica-exchange", "300:600:8", "--temperature", "300", "--replicas", "2"], "--replicas"),
         (["--replica-exchange", "300:600:8", "--temperature", "300", "--constraints", "none", "--timestep-fs", "2"],
          "too long"),
+        (["--velocity-refresh", "exchange"], "is for replica exchange"),
+        (["--replica-exchange", "300:600:8", "--temperature", "300", "--velocity-refresh", "never"],
+         "must be iteration or exchange"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_code_2_with_nothing_written(tmp_path, cli, flags, message):

@@ -112,6 +112,15 @@ def simulate(
             "frames. Not with --replicas. Empty: plain MD."
         ),
     ),
+    velocity_refresh: str = typer.Option(
+        default_of(_MD, "velocity_refresh"),
+        "--velocity-refresh",
+        help=(
+            "With --replica-exchange, when walkers get new Maxwell-Boltzmann velocities: iteration (every walker, "
+            "every iteration; short iterations then damp the dynamics) or exchange (only a walker that changed "
+            "temperature; the others continue their trajectories, so --save-every may be short, e.g. 100 steps)."
+        ),
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace a finished output file and discard a partial run."
     ),
@@ -142,6 +151,7 @@ def simulate(
         solvent=solvent,
         constraints=constraints,
         replica_exchange=replica_exchange,
+        velocity_refresh=velocity_refresh,
     )
     if not overwrite and completed(out, settings):
         typer.echo(f"{out}: already complete ({settings.frames} frames)")

@@ -13,9 +13,10 @@ import openmm
 from openmm import unit
 from openmmtools import mcmc
 
+from bgp4.simulation.ladder import VELOCITY_REFRESH
 from bgp4.simulation.molecule import kT
 
-__all__ = ["SeededLangevinMove", "draw_seed", "refresh_velocities"]
+__all__ = ["SeededLangevinMove", "draw_seed", "note_temperature", "refresh_velocities"]
 
 
 def draw_seed() -> int:
@@ -27,6 +28,12 @@ def draw_seed() -> int:
 #: Attribute of an openmmtools SamplerState (one per walker, kept across iterations) holding the
 #: temperature (K) of the walker's last propagation: the temperature its velocities belong to.
 _LAST_TEMPERATURE = "_bgp4_last_temperature_K"
+
+
+def note_temperature(sampler_state, kelvin: float) -> None:
+    """Note on a walker's sampler state the temperature (K) its velocities belong to: that of its
+    last propagation. `SeededLangevinMove` reads it to tell an exchanged walker from one that stayed."""
+    setattr(sampler_state, _LAST_TEMPERATURE, float(kelvin))
 
 
 class SeededLangevinMove(mcmc.LangevinDynamicsMove):
@@ -49,9 +56,13 @@ class SeededLangevinMove(mcmc.LangevinDynamicsMove):
     constraints the redone drift is exact to first order.
 
     A walker that was just exchanged carries velocities of its old temperature; `apply` notes the
-    temperature of each walker's last propagation on its sampler state so that the refresh can
-    scale them first. After a resume from storage the first iteration goes without (the note is
-    not stored).
+    temperature of each walker's last propagation on its sampler state (`note_temperature`) so that
+    the refresh can scale them first. The storage does not keep the note: a sampler opened from it
+    gets it again from the stored temperature assignment (`bgp4.simulation.remd`).
+
+    With `refresh="exchange"` only a walker that comes from another temperature is refreshed; the
+    others continue their Langevin trajectories as plain MD would, so an iteration may be short (a
+    frame every 0.1 ps) without the redraws damping the dynamics.
 
     The parent's `reassign_velocities=True` draws velocities with an unseeded OpenMM call and leaves
     the integrator's seed at 0 (OpenMM then picks one at random), so a run could not be repeated.
@@ -60,17 +71,28 @@ class SeededLangevinMove(mcmc.LangevinDynamicsMove):
     the integrator gets one too (it matters when openmmtools' context cache creates the context).
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, refresh: str = "iteration", **kwargs):
+        if refresh not in VELOCITY_REFRESH:
+            raise ValueError(f"refresh must be one of {VELOCITY_REFRESH}, got {refresh!r}")
         kwargs["reassign_velocities"] = False  # the hook below reassigns them, seeded
         super().__init__(**kwargs)
+        self.refresh = refresh
         self._came_from: float | None = None
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "refresh": self.refresh}
+
+    def __setstate__(self, serialization):
+        super().__setstate__(serialization)
+        self.refresh = serialization.get("refresh", "iteration")  # moves stored before the option
+        self._came_from = None
 
     def apply(self, thermodynamic_state, sampler_state, context_cache=None):
         # openmmtools exchanges thermodynamic states between walkers; a walker's sampler state
         # stays the same object, so it can remember where its velocities come from.
         self._came_from = getattr(sampler_state, _LAST_TEMPERATURE, None)
         super().apply(thermodynamic_state, sampler_state, context_cache=context_cache)
-        setattr(sampler_state, _LAST_TEMPERATURE, thermodynamic_state.temperature.value_in_unit(unit.kelvin))
+        note_temperature(sampler_state, thermodynamic_state.temperature.value_in_unit(unit.kelvin))
 
     def _get_integrator(self, thermodynamic_state):
         integrator = super()._get_integrator(thermodynamic_state)
@@ -78,6 +100,9 @@ class SeededLangevinMove(mcmc.LangevinDynamicsMove):
         return integrator
 
     def _before_integration(self, context, thermodynamic_state):
+        kelvin = thermodynamic_state.temperature.value_in_unit(unit.kelvin)
+        if self.refresh == "exchange" and self._came_from == kelvin:
+            return  # the walker stayed: its trajectory goes on
         refresh_velocities(context, thermodynamic_state.temperature, draw_seed(), came_from=self._came_from)
 
 

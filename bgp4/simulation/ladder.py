@@ -26,6 +26,7 @@ __all__ = [
     "check_replica_exchange",
     "short_iteration_warning",
     "remd_record",
+    "VELOCITY_REFRESH",
     "exchange_acceptance",
 ]
 
@@ -62,10 +63,23 @@ def _number(x: float) -> str:
     return short if float(short) == x else repr(x)
 
 
-def check_replica_exchange(spec: str, temperature: float, replicas: int) -> str:
-    """The ladder `spec` in canonical form ("300:600:8"), after checking it with the other MD
-    settings: its lowest temperature must be `temperature` (K), and `replicas` must be left at 0.
-    Raises InputError naming the options."""
+#: When walkers get new velocities (`bgp4.simulation._remd_move.SeededLangevinMove`): "iteration"
+#: before every propagation (every walker, every iteration); "exchange" only when it comes from
+#: another temperature (or its origin is unknown): a walker that stays continues its trajectory.
+VELOCITY_REFRESH = ("iteration", "exchange")
+
+
+def check_replica_exchange(spec: str, temperature: float, replicas: int, refresh: str = "iteration") -> str:
+    """The ladder `spec` in canonical form ("300:600:8"; "" for plain MD), after checking it with
+    the other MD settings: its lowest temperature must be `temperature` (K), `replicas` must be left
+    at 0, and `refresh` is one of VELOCITY_REFRESH ("iteration" only for plain MD). Raises
+    InputError naming the options."""
+    if refresh not in VELOCITY_REFRESH:
+        raise InputError(f"velocity_refresh (--velocity-refresh) must be iteration or exchange, got {refresh!r}")
+    if refresh != "iteration" and not spec:
+        raise InputError(f"velocity_refresh (--velocity-refresh) {refresh} is for replica exchange: add {_OPTION}")
+    if not spec:
+        return ""
     ladder = temperature_ladder(spec)
     if replicas:
         raise InputError(
@@ -94,8 +108,9 @@ def short_iteration_warning(save_every: int, timestep_fs: float) -> str | None:
     )
 
 
-def remd_record(spec: str) -> dict[str, Any]:
-    """What the settings record of a replica-exchange run adds to plain MD's: the method and its ladder."""
+def remd_record(spec: str, refresh: str = "iteration") -> dict[str, Any]:
+    """What the settings record of a replica-exchange run adds to plain MD's: the method, its
+    ladder and when velocities are drawn anew (`refresh`: "iteration" or "exchange")."""
     try:
         version = metadata.version("openmmtools")
     except metadata.PackageNotFoundError:
@@ -105,7 +120,8 @@ def remd_record(spec: str) -> dict[str, Any]:
         "sampler": "openmmtools.multistate.ParallelTemperingSampler",
         "mixing": MIXING,
         "move": "bgp4.simulation._remd_move.SeededLangevinMove (LangevinMiddleIntegrator, velocities drawn anew "
-        "each iteration as a full refresh of its friction step, scaled after an exchange)",
+        + ("each iteration" if refresh == "iteration" else "after an exchange only")
+        + " as a full refresh of its friction step, scaled after an exchange)",
         "temperatures": temperature_ladder(spec),
         "openmmtools_version": version,
     }

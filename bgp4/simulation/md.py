@@ -80,6 +80,7 @@ class MDSettings:
     solvent: str = "obc"  # obc (implicit water) or vacuum
     constraints: str = "hbonds"  # hbonds (X-H bonds fixed) or none
     replica_exchange: str = ""  # "TMIN:TMAX:N": replica exchange over that ladder (bgp4.simulation.remd); "": plain MD
+    velocity_refresh: str = "iteration"  # replica exchange: "iteration" (every walker) or "exchange" (exchanged ones)
 
     def resolved(self) -> MDSettings:
         """Validated copy with `replicas` and `platform` made concrete; raises InputError."""
@@ -108,11 +109,9 @@ class MDSettings:
             raise InputError(f"equilibration_ps (--equilibration-ps) must be >= 0, got {self.equilibration_ps}")
         if self.replicas < 0:
             raise InputError(f"replicas (--replicas) must be >= 1, got {self.replicas}")
-        ladder = ""
-        if self.replica_exchange:
-            from bgp4.simulation.ladder import check_replica_exchange
+        from bgp4.simulation.ladder import check_replica_exchange
 
-            ladder = check_replica_exchange(self.replica_exchange, self.temperature, self.replicas)
+        ladder = check_replica_exchange(self.replica_exchange, self.temperature, self.replicas, self.velocity_refresh)
         if self.seed < 0:
             raise InputError(f"seed (--seed) must be >= 0, got {self.seed}")
         from bgp4.simulation.molecule import PDB_PREFIX, molecule_name
@@ -256,7 +255,7 @@ def _settings_record(s: MDSettings) -> dict:
         from bgp4.simulation.ladder import remd_record
 
         del record["replica_seeds"]  # the walkers draw from one seeded stream
-        record |= remd_record(s.replica_exchange)
+        record |= remd_record(s.replica_exchange, s.velocity_refresh)
     return record
 
 
@@ -269,7 +268,13 @@ def _differing(stored: dict, s: MDSettings, auto_replicas: bool, resizable: bool
 
     request = asdict(s)
     # Records of older versions: no molecule, no system but `constraints: HBonds`, no structure file.
-    old = {"molecule": DEFAULT_MOLECULE, "pdb": "", "replica_exchange": "", **SystemSpec().record()}
+    old = {
+        "molecule": DEFAULT_MOLECULE,
+        "pdb": "",
+        "replica_exchange": "",
+        "velocity_refresh": "iteration",
+        **SystemSpec().record(),
+    }
     stored = dict(stored) | {"constraints": str(stored.get("constraints", "hbonds")).lower()}
     neutral = [name for name, free in (("replicas", auto_replicas), ("frames", resizable)) if free]
     return changed(stored, request, keys=request, neutral=neutral, defaults=old)

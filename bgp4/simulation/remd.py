@@ -155,6 +155,7 @@ def _make_segment(work: Path, k: int, start: int, iterations: int, record: Mappi
         timestep=record["timestep_fs"] * unit.femtosecond,
         collision_rate=record["friction"] / unit.picosecond,
         n_steps=int(record["save_every"]),
+        refresh=record.get("velocity_refresh", "iteration"),
     )
     sampler = ParallelTemperingSampler(
         mcmc_moves=move, number_of_iterations=iterations, online_analysis_interval=None, replica_mixing_scheme=MIXING
@@ -234,7 +235,21 @@ def _resume(directory: Path, record: Mapping[str, Any], n_atoms: int):
         print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
         return None
     _use_platform(sampler, record["platform"])
+    _note_temperatures(sampler)
     return sampler, reporter
+
+
+def _note_temperatures(sampler) -> None:
+    """Give each walker the note of the temperature it was last propagated at (the stored
+    assignment of the last iteration), which the storage does not keep: the first iteration after
+    opening a segment then treats exchanged walkers as an unbroken run does."""
+    from openmm import unit
+
+    from bgp4.simulation._remd_move import note_temperature
+
+    for walker, state in zip(sampler._sampler_states, sampler._replica_thermodynamic_states):
+        kelvin = sampler._thermodynamic_states[int(state)].temperature.value_in_unit(unit.kelvin)
+        note_temperature(walker, kelvin)
 
 
 def _advance(sampler, bar) -> None:
@@ -287,7 +302,8 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
     if record is None or not record.get("replica_exchange"):
         raise InputError(f"{work} holds no replica-exchange settings record")
     molecule = molecule_of(record, source=work)
-    if warning := short_iteration_warning(int(record["save_every"]), float(record["timestep_fs"])):
+    refreshes_all = record.get("velocity_refresh", "iteration") == "iteration"
+    if refreshes_all and (warning := short_iteration_warning(int(record["save_every"]), float(record["timestep_fs"]))):
         print(warning, file=sys.stderr)
     done = _held(_sealed(work))
     bar = tqdm(total=int(record["frames"]), initial=done, unit="frame", desc="replica exchange", disable=not progress)
