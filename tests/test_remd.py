@@ -288,23 +288,46 @@ def test_exchange_refresh_redraws_only_a_walker_that_changed_temperature(monkeyp
 
 
 def test_an_opened_segment_knows_each_walkers_temperature(tiny, molecule):
-    """The move's note of each walker's last temperature is not stored; opening a segment sets it
-    from the stored assignment, so the first iteration after a resume scales exchanged walkers."""
+    """The move's note of each walker's last temperature is not stored; a segment opened past its
+    iteration 0 gets it from the stored assignment, so the first iteration after a resume scales
+    exchanged walkers (the first production iteration is checked in the exchange-refresh run below)."""
     record = Stage(tiny.work).recorded()
     with remd._openmmtools_quietly():
         sampler, reporter = remd._resume(tiny.work / "segment-0000", record, molecule.n_atoms)
         reporter.close()
+    assert sampler.iteration == 20
+    remd._note_temperatures(sampler)
     ladder = record["temperatures"]
     noted = [w._bgp4_last_temperature_K for w in sampler._sampler_states]
     assert noted == [ladder[int(i)] for i in sampler._replica_thermodynamic_states]
 
 
-def test_exchange_refresh_run_records_it_and_does_not_warn_of_short_iterations(tmp_path):
+def test_exchange_refresh_run_records_it_and_does_not_warn_of_short_iterations(tmp_path, monkeypatch):
+    """Also: the first production iteration refreshes every walker (equilibration's last mix moved
+    some without propagating them), and later ones only some."""
+    from bgp4.simulation import _remd_move
+
+    calls, refresh, advance, per_iteration = [], _remd_move.refresh_velocities, remd._advance, []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["came_from"])
+        refresh(*args, **kwargs)
+
+    def advance_counting(sampler, bar):
+        while sampler.iteration < sampler.number_of_iterations:
+            before = len(calls)
+            sampler.run(1)
+            per_iteration.append(len(calls) - before)
+        advance(sampler, bar)
+
+    monkeypatch.setattr(_remd_move, "refresh_velocities", counted)
+    monkeypatch.setattr(remd, "_advance", advance_counting)
     out, stderr = tmp_path / "exchange.h5", io.StringIO()
     with contextlib.redirect_stderr(stderr):
         simulate(out, replace(TINY, frames=10, velocity_refresh="exchange"), progress=False)
+    assert per_iteration[0] == 3 and len(per_iteration) == 10 and min(per_iteration[1:]) < 3
     settings = read_settings(out)
-    assert settings["velocity_refresh"] == "exchange" and "after an exchange only" in settings["move"]
+    assert settings["velocity_refresh"] == "exchange" and "only for a walker that changed" in settings["move"]
     assert "redraws velocities" not in stderr.getvalue()
     assert load_trajectory(out).xyz.shape[0] == 10
     assert completed(out, replace(TINY, frames=10, velocity_refresh="exchange"))

@@ -120,8 +120,8 @@ def remd_record(spec: str, refresh: str = "iteration") -> dict[str, Any]:
         "sampler": "openmmtools.multistate.ParallelTemperingSampler",
         "mixing": MIXING,
         "move": "bgp4.simulation._remd_move.SeededLangevinMove (LangevinMiddleIntegrator, velocities drawn anew "
-        + ("each iteration" if refresh == "iteration" else "after an exchange only")
-        + " as a full refresh of its friction step, scaled after an exchange)",
+        + ("each iteration" if refresh == "iteration" else "only for a walker that changed temperature")
+        + " as a full refresh of its friction step, the old ones scaled to the new temperature first)",
         "temperatures": temperature_ladder(spec),
         "openmmtools_version": version,
     }

@@ -6,12 +6,13 @@ process. openmmtools' `ParallelTemperingSampler` does everything: each iteration
 exchanges between neighbouring temperatures (`swap-neighbors`: the pairs (0,1), (2,3), ... or
 (1,2), (3,4), ..., at random), then propagates every walker by `--save-every` steps of Langevin
 dynamics at its temperature (`SeededLangevinMove`: LangevinMiddleIntegrator, fresh velocities at
-each iteration), then stores positions, reduced energies and exchange statistics in its netCDF
-storage (`MultiStateReporter`). The data file holds the lowest temperature's frame of every
+each iteration, or after an exchange only), then stores positions, reduced energies and exchange
+statistics in its netCDF storage (`MultiStateReporter`). The data file holds the lowest temperature's frame of every
 iteration: `--frames` iterations, one frame each, `--save-every` steps apart.
 
-Iteration length. Velocities are drawn anew at every iteration (a configuration that moved to
-another temperature must not keep its old kinetic energy), as a full refresh of the integrator's
+Iteration length. With `--velocity-refresh iteration` (the default) velocities are drawn anew at
+every iteration (a configuration that moved to another temperature must not keep its old kinetic
+energy), as a full refresh of the integrator's
 friction step, with the velocities of a walker just exchanged scaled to its new temperature first
 (`SeededLangevinMove`: a plain redraw with OpenMM's setVelocitiesToTemperature heated the fast
 modes). That leaves the distribution as plain MD's up to the integrator's own step error, but it
@@ -19,6 +20,8 @@ also acts as a thermostat far stronger than the friction when iterations are sho
 10 steps (0.01 ps at 1 fs) keep each walker from building momentum across a barrier, and barrier
 crossings slow down. Prefer at least ADVISED_ITERATION_PS (0.5 ps) per iteration, e.g.
 `--save-every 500` at 1 fs; a run with less than WARN_ITERATION_PS (0.1 ps) prints a warning.
+With `--velocity-refresh exchange` only a walker that changed temperature is refreshed, and the
+others continue their trajectories, so iterations may be short (a frame every 0.1 ps).
 
 Resuming. The run lives in `<out>.partial/` beside the settings record, cut into segments of
 SEGMENT_ITERATIONS iterations, each an openmmtools storage of its own (`segment-NNNN/`). A
@@ -235,14 +238,16 @@ def _resume(directory: Path, record: Mapping[str, Any], n_atoms: int):
         print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
         return None
     _use_platform(sampler, record["platform"])
-    _note_temperatures(sampler)
     return sampler, reporter
 
 
 def _note_temperatures(sampler) -> None:
     """Give each walker the note of the temperature it was last propagated at (the stored
-    assignment of the last iteration), which the storage does not keep: the first iteration after
-    opening a segment then treats exchanged walkers as an unbroken run does."""
+    assignment of the sampler's iteration), which the storage does not keep: the first iteration
+    after opening a segment then treats exchanged walkers as an unbroken run does. Not for the
+    first segment's iteration 0: openmmtools' `equilibrate` mixes after propagating, so that
+    assignment is not where the walkers ran (and without equilibration their velocities are the
+    minimizer's zeros); there every walker is refreshed."""
     from openmm import unit
 
     from bgp4.simulation._remd_move import note_temperature
@@ -275,6 +280,8 @@ def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar) -> None:
             if opened is None:
                 raise Bgp4Error(f"openmmtools cannot open the storage it just wrote in {directory}")
         sampler, reporter = opened
+        if k or sampler.iteration:
+            _note_temperatures(sampler)
         bar.update(sampler.iteration)
         _reseed(seed, 1, start + sampler.iteration)
         try:
