@@ -15,7 +15,7 @@
 # FAB_STEPS > 0 adds FAB after the dipeptide's spline runs (`bgp4 sweep --init`): the table's FAB row,
 # at FAB_BATCH samples per AIS run (2048 by default: at 512 FAB plateaus, 0.35 against 0.44 at 2048
 # after 300 steps, one seed; FAB_STEPS=600 at 2048 gave 0.469 raw and 0.854 clipped after AIS(20) over 3 seeds,
-# and 600 more steps from those runs (bgp4 sweep --init) 0.555 clipped raw and 0.904 clipped after AIS(20)).
+# and 600 more steps from those runs (bgp4 sweep --init) 0.555 clipped without AIS and 0.904 clipped after AIS(20)).
 #   bash run/benchmark_300K.sh [OUT] [DATA]   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 by default
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
