@@ -287,6 +287,40 @@ def test_exchange_refresh_redraws_only_a_walker_that_changed_temperature(monkeyp
     assert again.refresh == "exchange"
 
 
+@pytest.mark.parametrize("refresh, continued", [("exchange", True), ("iteration", False)])
+def test_a_walker_that_stays_continues_its_trajectory_only_with_exchange_refresh(refresh, continued):
+    """Without friction a continued trajectory keeps its total energy (to the integrator's error);
+    a redraw of the velocities changes it. Second propagation at the same temperature."""
+    from openmm import unit
+    from openmmtools import cache, states
+
+    from bgp4.simulation._remd_move import SeededLangevinMove
+
+    n, k = 20, 1.0e3  # omega = 31.6 / ps: dt omega = 0.03 at 1 fs
+    state = states.ThermodynamicState(_harmonic_wells(n, k), 300 * unit.kelvin)
+    sampler_state = states.SamplerState(np.full((n, 3), 0.02) * unit.nanometer)
+    move = SeededLangevinMove(
+        refresh=refresh, timestep=1.0 * unit.femtosecond, collision_rate=0.0 / unit.picosecond, n_steps=50
+    )
+    contexts = cache.ContextCache(platform=openmm.Platform.getPlatformByName("Reference"))
+
+    def total_energy() -> float:  # kJ/mol; 1 dalton particles
+        x = sampler_state.positions.value_in_unit(unit.nanometer)
+        v = sampler_state.velocities.value_in_unit(unit.nanometer / unit.picosecond)
+        return float(0.5 * k * np.sum(x**2) + 0.5 * np.sum(v**2))
+
+    global_state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        move.apply(state, sampler_state, context_cache=contexts)
+        first = total_energy()
+        move.apply(state, sampler_state, context_cache=contexts)
+        second = total_energy()
+    finally:
+        np.random.set_state(global_state)
+    assert (abs(second - first) / first < 0.01) == continued
+
+
 def test_an_opened_segment_knows_each_walkers_temperature(tiny, molecule):
     """The move's note of each walker's last temperature is not stored; a segment opened past its
     iteration 0 gets it from the stored assignment, so the first iteration after a resume scales
