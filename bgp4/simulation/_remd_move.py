@@ -13,7 +13,7 @@ import openmm
 from openmm import unit
 from openmmtools import mcmc
 
-from bgp4.simulation.ladder import VELOCITY_REFRESH
+from bgp4.simulation.ladder import REFRESH_DEFAULT, VELOCITY_REFRESH
 from bgp4.simulation.molecule import kT
 
 __all__ = ["SeededLangevinMove", "draw_seed", "note_temperature", "refresh_velocities"]
@@ -71,7 +71,7 @@ class SeededLangevinMove(mcmc.LangevinDynamicsMove):
     the integrator gets one too (it matters when openmmtools' context cache creates the context).
     """
 
-    def __init__(self, refresh: str = "iteration", **kwargs):
+    def __init__(self, refresh: str = REFRESH_DEFAULT, **kwargs):
         if refresh not in VELOCITY_REFRESH:
             raise ValueError(f"refresh must be one of {VELOCITY_REFRESH}, got {refresh!r}")
         kwargs["reassign_velocities"] = False  # the hook below reassigns them, seeded
@@ -84,7 +84,7 @@ class SeededLangevinMove(mcmc.LangevinDynamicsMove):
 
     def __setstate__(self, serialization):
         super().__setstate__(serialization)
-        self.refresh = serialization.get("refresh", "iteration")  # moves stored before the option
+        self.refresh = serialization.get("refresh", REFRESH_DEFAULT)  # moves stored before the option
         self._came_from = None
 
     def apply(self, thermodynamic_state, sampler_state, context_cache=None):

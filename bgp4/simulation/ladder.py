@@ -11,6 +11,7 @@ Temperatures in K.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -27,6 +28,8 @@ __all__ = [
     "short_iteration_warning",
     "remd_record",
     "VELOCITY_REFRESH",
+    "REFRESH_DEFAULT",
+    "velocity_refresh_of",
     "exchange_acceptance",
 ]
 
@@ -67,16 +70,23 @@ def _number(x: float) -> str:
 #: before every propagation (every walker, every iteration); "exchange" only when it comes from
 #: another temperature (or its origin is unknown): a walker that stays continues its trajectory.
 VELOCITY_REFRESH = ("iteration", "exchange")
+#: The refresh of records written before the option, and the default.
+REFRESH_DEFAULT = VELOCITY_REFRESH[0]
 
 
-def check_replica_exchange(spec: str, temperature: float, replicas: int, refresh: str = "iteration") -> str:
+def velocity_refresh_of(record: Mapping[str, Any]) -> str:
+    """The velocity refresh a replica-exchange settings record asks for (REFRESH_DEFAULT if older)."""
+    return str(record.get("velocity_refresh", REFRESH_DEFAULT))
+
+
+def check_replica_exchange(spec: str, temperature: float, replicas: int, refresh: str = REFRESH_DEFAULT) -> str:
     """The ladder `spec` in canonical form ("300:600:8"; "" for plain MD), after checking it with
     the other MD settings: its lowest temperature must be `temperature` (K), `replicas` must be left
     at 0, and `refresh` is one of VELOCITY_REFRESH ("iteration" only for plain MD). Raises
     InputError naming the options."""
     if refresh not in VELOCITY_REFRESH:
         raise InputError(f"velocity_refresh (--velocity-refresh) must be iteration or exchange, got {refresh!r}")
-    if refresh != "iteration" and not spec:
+    if refresh != REFRESH_DEFAULT and not spec:
         raise InputError(f"velocity_refresh (--velocity-refresh) {refresh} is for replica exchange: add {_OPTION}")
     if not spec:
         return ""
@@ -108,7 +118,7 @@ def short_iteration_warning(save_every: int, timestep_fs: float) -> str | None:
     )
 
 
-def remd_record(spec: str, refresh: str = "iteration") -> dict[str, Any]:
+def remd_record(spec: str, refresh: str = REFRESH_DEFAULT) -> dict[str, Any]:
     """What the settings record of a replica-exchange run adds to plain MD's: the method, its
     ladder and when velocities are drawn anew (`refresh`: "iteration" or "exchange")."""
     try:

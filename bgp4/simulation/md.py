@@ -264,6 +264,7 @@ def _differing(stored: dict, s: MDSettings, auto_replicas: bool, resizable: bool
     `auto_replicas` (the user asked for one replica per core) any replica count matches: it follows
     the machine's cores. With `resizable` the frame count may differ too (a partial plain-MD run
     resumed longer or shorter)."""
+    from bgp4.simulation.ladder import REFRESH_DEFAULT
     from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
     request = asdict(s)
@@ -272,7 +273,7 @@ def _differing(stored: dict, s: MDSettings, auto_replicas: bool, resizable: bool
         "molecule": DEFAULT_MOLECULE,
         "pdb": "",
         "replica_exchange": "",
-        "velocity_refresh": "iteration",
+        "velocity_refresh": REFRESH_DEFAULT,
         **SystemSpec().record(),
     }
     stored = dict(stored) | {"constraints": str(stored.get("constraints", "hbonds")).lower()}

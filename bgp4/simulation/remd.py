@@ -7,21 +7,22 @@ exchanges between neighbouring temperatures (`swap-neighbors`: the pairs (0,1), 
 (1,2), (3,4), ..., at random), then propagates every walker by `--save-every` steps of Langevin
 dynamics at its temperature (`SeededLangevinMove`: LangevinMiddleIntegrator, fresh velocities at
 each iteration, or after an exchange only), then stores positions, reduced energies and exchange
-statistics in its netCDF storage (`MultiStateReporter`). The data file holds the lowest temperature's frame of every
-iteration: `--frames` iterations, one frame each, `--save-every` steps apart.
+statistics in its netCDF storage (`MultiStateReporter`). The data file holds the lowest
+temperature's frame of every iteration: `--frames` iterations, one frame each, `--save-every`
+steps apart.
 
 Iteration length. With `--velocity-refresh iteration` (the default) velocities are drawn anew at
 every iteration (a configuration that moved to another temperature must not keep its old kinetic
-energy), as a full refresh of the integrator's
-friction step, with the velocities of a walker just exchanged scaled to its new temperature first
-(`SeededLangevinMove`: a plain redraw with OpenMM's setVelocitiesToTemperature heated the fast
-modes). That leaves the distribution as plain MD's up to the integrator's own step error, but it
-also acts as a thermostat far stronger than the friction when iterations are short: the default
-10 steps (0.01 ps at 1 fs) keep each walker from building momentum across a barrier, and barrier
-crossings slow down. Prefer at least ADVISED_ITERATION_PS (0.5 ps) per iteration, e.g.
-`--save-every 500` at 1 fs; a run with less than WARN_ITERATION_PS (0.1 ps) prints a warning.
-With `--velocity-refresh exchange` only a walker that changed temperature is refreshed, and the
-others continue their trajectories, so iterations may be short (a frame every 0.1 ps).
+energy), as a full refresh of the integrator's friction step, with the velocities of a walker just
+exchanged scaled to its new temperature first (`SeededLangevinMove`: a plain redraw with OpenMM's
+setVelocitiesToTemperature heated the fast modes). That leaves the distribution as plain MD's up to
+the integrator's own step error, but it also acts as a thermostat far stronger than the friction
+when iterations are short: the default 10 steps (0.01 ps at 1 fs) keep each walker from building
+momentum across a barrier, and barrier crossings slow down. Prefer at least ADVISED_ITERATION_PS
+(0.5 ps) per iteration, e.g. `--save-every 500` at 1 fs; a run with less than WARN_ITERATION_PS
+(0.1 ps) prints a warning. With `--velocity-refresh exchange` only a walker that changed
+temperature is refreshed, and the others continue their trajectories, so iterations may be short (a
+frame every 0.1 ps).
 
 Resuming. The run lives in `<out>.partial/` beside the settings record, cut into segments of
 SEGMENT_ITERATIONS iterations, each an openmmtools storage of its own (`segment-NNNN/`). A
@@ -56,7 +57,13 @@ import numpy as np
 
 from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.simulation.ladder import MIXING, exchange_acceptance, short_iteration_warning
+from bgp4.simulation.ladder import (
+    MIXING,
+    REFRESH_DEFAULT,
+    exchange_acceptance,
+    short_iteration_warning,
+    velocity_refresh_of,
+)
 from bgp4.stage import Stage
 
 __all__ = ["CHECKPOINT_ITERATIONS", "SEGMENT_ITERATIONS", "run_replica_exchange"]
@@ -158,7 +165,7 @@ def _make_segment(work: Path, k: int, start: int, iterations: int, record: Mappi
         timestep=record["timestep_fs"] * unit.femtosecond,
         collision_rate=record["friction"] / unit.picosecond,
         n_steps=int(record["save_every"]),
-        refresh=record.get("velocity_refresh", "iteration"),
+        refresh=velocity_refresh_of(record),
     )
     sampler = ParallelTemperingSampler(
         mcmc_moves=move, number_of_iterations=iterations, online_analysis_interval=None, replica_mixing_scheme=MIXING
@@ -309,7 +316,7 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
     if record is None or not record.get("replica_exchange"):
         raise InputError(f"{work} holds no replica-exchange settings record")
     molecule = molecule_of(record, source=work)
-    refreshes_all = record.get("velocity_refresh", "iteration") == "iteration"
+    refreshes_all = velocity_refresh_of(record) == REFRESH_DEFAULT
     if refreshes_all and (warning := short_iteration_warning(int(record["save_every"]), float(record["timestep_fs"]))):
         print(warning, file=sys.stderr)
     done = _held(_sealed(work))
