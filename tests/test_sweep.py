@@ -341,6 +341,14 @@ def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(data_file, tmp_path,
     assert not (tmp_path / "sweep").exists()
 
 
+def test_sweep_help_gives_its_own_meaning_of_device_and_init_and_no_from_scratch_flags(cli):
+    text = " ".join(cli("sweep", "--help").stdout.split())  # rich wraps the help; compare the words
+    assert "auto is cpu unless" in text and "A finished sweep: each run starts from" in text
+    for flag in ("--molecule", "--pdb", "--forcefield", "--solvent", "--constraints"):
+        assert flag not in text  # they need --data none, which a sweep never has
+    assert "--fab-buffer" in text and "--temperature" in text  # train's other settings stay
+
+
 def test_unanswered_scheduler_fails_within_15_s(data_file, tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

@@ -180,3 +180,15 @@ def test_the_pipeline_names_its_data_after_the_molecule(cli, tmp_path):
         result = cli("pipeline", "--out", tmp_path / "p", *args, "--quiet")
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert not (tmp_path / "p").exists()
+
+
+def test_each_pipeline_preset_has_its_own_default_directory(cli, monkeypatch):
+    from pathlib import Path
+
+    import bgp4.cli.sweeps as sweeps
+
+    seen = []
+    monkeypatch.setattr(sweeps, "run_pipeline", lambda preset, out, **kw: seen.append((preset, out)))
+    for preset in ("quick", "paper"):
+        assert cli("pipeline", "--preset", preset, "--quiet").returncode == 0
+    assert seen == [("quick", Path("out/quick")), ("paper", Path("out/paper"))]  # a quick run never blocks paper

@@ -145,7 +145,7 @@ def analyze(
     runs: Optional[list[Path]] = typer.Argument(None, help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="The MD data file the runs were trained on."),
     out: Path = typer.Option(Path("report"), "--out", help="Report directory (figures, metrics.json, report.md)."),
-    seed: int = typer.Option(0, help="Seed of the noise reference."),
+    seed: int = typer.Option(0, help="Seed of the noise reference and of the bootstrap."),
     workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
     sweep_dir: Optional[Path] = typer.Option(
         None, "--sweep", help="Aggregate the sweep in this directory over seeds into SWEEP/report/ (instead of RUNS)."

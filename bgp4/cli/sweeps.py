@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import typing
 from collections.abc import Callable
@@ -26,7 +27,9 @@ _SAMPLE = SampleSettings
 @handles_errors
 def pipeline(
     preset: str = typer.Option("quick", help="quick (minutes on 2 cores) or paper (the full reproduction)."),
-    out: Path = typer.Option(Path("out/quick"), "--out", help="Directory for data, runs and report."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Directory for data, runs and report. [default: out/<preset>]"
+    ),
     seed: int = typer.Option(0, help="Seed of every stage."),
     device: str = typer.Option("auto", help="auto|cpu|cuda for training and sampling."),
     molecule: str = typer.Option("", help=MOLECULE_HELP),
@@ -48,12 +51,31 @@ def pipeline(
         "solvent": solvent,
         "constraints": constraints,
     }
+    out = out if out is not None else Path("out") / preset
     run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo, md=md)
 
 
 # `bgp4 sweep` takes every `bgp4 train` setting with train's own option (name, help, default);
-# these train parameters are not settings, or the sweep has its own meaning for them
+# these train parameters are not settings, or the sweep has its own meaning for them; the
+# from-scratch ones need `--data none`, which a sweep never has (its data file is simulated first)
 _NOT_SWEEP_SETTINGS = {"out", "overwrite", "quiet", "data", "model", "seed", "workers"}
+_FROM_SCRATCH = {"molecule", "pdb", "forcefield", "solvent", "constraints"}
+# train's options whose meaning differs in a sweep: the sweep's own help text
+_SWEEP_HELP = {
+    "device": "auto|cpu|cuda. auto is cpu unless --gpus-per-run > 0 (the resource request decides, not the "
+    "device a worker happens to see). [default: auto]",
+    "init": "A finished sweep: each run starts from that sweep's run of the same model and seed (e.g. FAB "
+    "after a likelihood sweep).",
+}
+
+
+def _sweep_option(name: str, option: typer.models.OptionInfo) -> typer.models.OptionInfo:
+    """Train's option `name`, with the sweep's own help text where its meaning differs."""
+    if name not in _SWEEP_HELP:
+        return option
+    own = copy.copy(option)
+    own.help = _SWEEP_HELP[name]
+    return own
 
 
 def _with_train_settings(command: Callable) -> Callable:
@@ -61,9 +83,9 @@ def _with_train_settings(command: Callable) -> Callable:
     own = [p for p in inspect.signature(command).parameters.values() if p.kind is not p.VAR_KEYWORD]
     hints = typing.get_type_hints(train)  # typer reads types from the annotations, resolved here
     shared = [
-        p.replace(annotation=hints[name])
+        p.replace(annotation=hints[name], default=_sweep_option(name, p.default))
         for name, p in inspect.signature(train).parameters.items()
-        if name not in _NOT_SWEEP_SETTINGS
+        if name not in _NOT_SWEEP_SETTINGS | _FROM_SCRATCH
     ]
     command.__signature__ = inspect.Signature(own + shared)
     command.__annotations__.update({p.name: p.annotation for p in shared})

@@ -108,7 +108,7 @@ class MDSettings:
         if self.equilibration_ps < 0:
             raise InputError(f"equilibration_ps (--equilibration-ps) must be >= 0, got {self.equilibration_ps}")
         if self.replicas < 0:
-            raise InputError(f"replicas (--replicas) must be >= 1, got {self.replicas}")
+            raise InputError(f"replicas (--replicas) must be >= 1, or 0 for one per core; got {self.replicas}")
         from bgp4.simulation.ladder import check_replica_exchange
 
         ladder = check_replica_exchange(self.replica_exchange, self.temperature, self.replicas, self.velocity_refresh)
