@@ -6,6 +6,9 @@ seeds, and pairing the runs seed by seed. Prints, per model and metric, both mea
 Student-t intervals and the paired difference (second minus first) with its interval and p.
 
     python run/scripts/paired_sweeps.py SWEEP_A SWEEP_B [--metrics reverse_ess,test_nll_end] [--json OUT]
+
+Each of SWEEP_A and SWEEP_B is a sweep directory or the `metrics.json` of a sweep's report, which
+keeps every seed's value: a study folder that kept only the report can still be paired.
 """
 
 from __future__ import annotations
@@ -20,10 +23,22 @@ _METRICS = ("reverse_ess", "log10_reverse_ess", "ramachandran_tv", "ramachandran
 DEFAULT_METRICS = ",".join(_METRICS + ("dF_phi_reweighted_kT", "test_nll"))
 
 
+def per_seed(source: Path) -> dict[str, dict[int, dict]]:
+    """{model: {seed: {"values": {metric: value}}}} of a sweep directory or of its report's metrics.json."""
+    if source.is_dir():
+        return collect(source)[1]
+    report = json.loads(source.read_text())
+    runs: dict[str, dict[int, dict]] = {}
+    for key, metric in report["metrics"].items():
+        for model, entry in metric["models"].items():
+            for seed, value in entry.get("values", {}).items():
+                runs.setdefault(model, {}).setdefault(int(seed), {"values": {}})["values"][key] = value
+    return runs
+
+
 def compare(first: Path, second: Path, metrics: list[str]) -> dict:
     """{model: {metric: {first, second, paired}}} over the seeds both sweeps finished."""
-    _, runs_a = collect(first)
-    _, runs_b = collect(second)
+    runs_a, runs_b = per_seed(first), per_seed(second)
     out: dict = {}
     for model in sorted(set(runs_a) & set(runs_b)):
         seeds = sorted(set(runs_a[model]) & set(runs_b[model]))
@@ -51,8 +66,8 @@ def _show(entry: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("first", type=Path, help="the reference sweep directory")
-    parser.add_argument("second", type=Path, help="the sweep with the changed setting")
+    parser.add_argument("first", type=Path, help="the reference sweep directory (or its report's metrics.json)")
+    parser.add_argument("second", type=Path, help="the sweep with the changed setting (or its report's metrics.json)")
     parser.add_argument("--metrics", default=DEFAULT_METRICS, help="comma-separated metric keys of the sweep report")
     parser.add_argument("--json", type=Path, help="also write the comparison as JSON")
     args = parser.parse_args()

@@ -9,3 +9,6 @@ bgp4 sweep --init ala2-fab2048 --data $d --models spline --seeds 3 --steps 0 --o
 python run/scripts/benchmark_table.py --dipeptide ala2 --dipeptide ala2-fab2048 --dipeptide ala2-fab2048-x2 \
   --tetrapeptide ala4 --out table-v3.md   # the script of 85be7fc (FAB rows name their steps)
 python run/scripts/paired_sweeps.py ala2-fab2048 ala2-fab2048-x2 > fab2048-x2/paired.md
+# 2026-11-29 (session 16): paired.md made again from the two reports, with the clipped reverse ESS added
+# (same figures otherwise), from this folder's parent:
+python ../../scripts/paired_sweeps.py fab2048/report/metrics.json fab2048-x2/report/metrics.json --metrics reverse_ess,reverse_ess_clipped,log10_reverse_ess,ramachandran_tv,ramachandran_tv_reweighted,dF_phi_reweighted_kT,test_nll > fab2048-x2/paired.md
