@@ -146,6 +146,11 @@ def test_float32_input_round_trip(transform, frames):
     assert y.dtype == torch.float32 and torch.isfinite(y).all()
     x, logdet = transform.to_cartesian(y)
     assert x.dtype == torch.float32 and x.shape == (100, 22, 3) and logdet.shape == (100,)
+    # float32 costs precision, not correctness: the same coordinates and internal geometry as float64
+    y64, _ = transform.from_cartesian(frames[:100])
+    assert (y.double() - y64).abs().max() < 1e-3
+    for before, after in zip(transform.internal_coordinates(frames[:100]), transform.internal_coordinates(x.double())):
+        assert _wrap(after - before).abs().max() < 1e-5  # nm and rad
 
 
 def test_fix_constrained_keeps_bonds(frames, molecule):
@@ -198,14 +203,6 @@ def test_no_constrained_pair_is_left_as_a_flow_dimension(frames, molecule):
     # the paper's layout keeps all 12 as flow dimensions: 11 bonds and CA-HA inside the block
     paper = MixedCoordinateTransform.fit(frames, molecule)
     assert paper.n_dims == 60 and len(paper.free_constrained_pairs(pairs)) == 12
-    # fixed bonds come back at their constraint lengths
-    y, _ = t.from_cartesian(frames[:50])
-    bonds, _, _ = t.internal_coordinates(t.to_cartesian(y)[0])
-    for row in t.fixed_rows:
-        a, b = t.z_matrix[row][:2]
-        assert torch.allclose(
-            bonds[:, row], torch.full((50,), pairs[(min(a, b), max(a, b))], dtype=torch.float64), atol=1e-9
-        )
 
 
 def test_circular_torsions_round_trip_and_are_chosen_from_the_data(frames, molecule):

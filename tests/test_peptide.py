@@ -11,7 +11,6 @@ import torch
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
 from bgp4.generator.model import build_generator
-from bgp4.simulation.atoms import constrained_bonds
 from bgp4.simulation.data import read_settings
 from bgp4.simulation.molecule import PEPTIDES, get_molecule, molecule_name
 from bgp4.simulation.peptide import AMINO_ACIDS, build_capped_peptide, check_sequence, place_atom
@@ -89,12 +88,6 @@ def test_built_in_peptides(molecule, name, n_atoms, n_residues):
     assert all(None not in rows[kind] for kind in ("phi", "psi"))
 
 
-def test_alanine_dipeptide_is_unchanged(molecule):
-    assert molecule.z_matrix.shape == (17, 4) and molecule.rigid_block.tolist() == [6, 8, 9, 10, 14]
-    assert (molecule.phi, molecule.psi) == ((4, 6, 8, 14), (6, 8, 14, 16))
-    assert _energy(molecule.system, molecule.positions) == pytest.approx(-95.70, abs=0.01)
-
-
 def test_a_short_build(molecule):
     topology, positions = build_capped_peptide("GS")
     assert [r.name for r in topology.residues()] == ["ACE", "GLY", "SER", "NME"]
@@ -160,11 +153,9 @@ def test_every_standard_amino_acid_builds(molecule):
             assert (first - second) % 360.0 == pytest.approx(120.0, abs=25.0)
 
 
-@pytest.mark.parametrize("fix_constrained", [False, True])
-def test_flow_dims(tetrapeptide, fix_constrained):
-    transform = MixedCoordinateTransform.shell(tetrapeptide, fix_constrained=fix_constrained)
-    n_constraints = len(constrained_bonds(tetrapeptide)) if fix_constrained else 0
-    assert transform.n_dims == 3 * 42 - 6 - n_constraints
+def test_without_fixed_bonds_every_constrained_bond_is_a_flow_dimension(tetrapeptide):
+    # with them fixed: test_system.py's test_flow_dims_are_3n_minus_6_less_the_fixed_constraints
+    assert MixedCoordinateTransform.shell(tetrapeptide, fix_constrained=False).n_dims == 3 * 42 - 6
 
 
 def test_round_trip_on_md_frames(tetrapeptide, tetra_frames):

@@ -457,16 +457,17 @@ def _partial_iterations(work: Path) -> int:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_gives_exact_frames(tmp_path):
+def test_resume_after_sigkill_keeps_sealed_segments_and_ends_with_the_frames_asked_for(tmp_path):
     out, work = tmp_path / "kill.h5", tmp_path / "kill.h5.partial"
     args = [sys.executable, "-m", "bgp4.cli", "simulate", "--out", str(out), "--frames", "1500", "--quiet"]
     args += ["--temperature", "300", "--replica-exchange", "300:600:3", "--save-every", "10"]
     args += ["--equilibration-ps", "0.1", "--constraints", "none"]
     proc = subprocess.Popen(args, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and _partial_iterations(work) < 1000 and proc.poll() is None:
+    deadline = time.time() + 300
+    while _partial_iterations(work) < 1000 and proc.poll() is None:
+        assert time.time() < deadline, "the first segment was not sealed within 300 s"
         time.sleep(0.05)
-    time.sleep(np.random.default_rng().uniform(0.0, 1.0))  # anywhere in the next segment
+    time.sleep(np.random.default_rng(0).uniform(0.0, 1.0))  # somewhere in the next segment
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not out.exists() and _partial_iterations(work) >= 1000
@@ -475,6 +476,12 @@ def test_resume_after_sigkill_gives_exact_frames(tmp_path):
     data = load_trajectory(out)
     assert data.n_frames == 1500 and not work.exists()
     assert np.allclose(mdtraj.load(str(out)).time, np.arange(1, 1501) * 0.01)
+    # the sealed first segment is kept as it was; the rest is a valid continuation, not the same
+    # numbers (openmmtools reseeds its streams on resume: docs/design/resume.md)
+    unbroken = tmp_path / "unbroken.h5"
+    done = subprocess.run([*args[:5], str(unbroken), *args[6:]], cwd=tmp_path, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(data.xyz[:1000], load_trajectory(unbroken).xyz[:1000])
 
 
 @pytest.mark.slow

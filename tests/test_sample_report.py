@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -232,7 +233,14 @@ def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp
 
 def test_sample_refuses_unfinished_run(tmp_path, cli):
     result = cli("sample", str(tmp_path / "nothing"))
-    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "is not a bgp4 run directory" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "nothing").exists()
+    started = tmp_path / "started"  # a training run that has begun but not finished
+    started.mkdir()
+    (started / "settings.json").write_text(json.dumps(dataclasses.asdict(TrainSettings())))
+    result = cli("sample", str(started))
+    assert result.returncode == 2 and "holds no finished training run" in result.stderr, result.stderr
+    assert sorted(p.name for p in started.iterdir()) == ["settings.json"]  # nothing written
 
 
 @pytest.mark.slow

@@ -146,15 +146,16 @@ def test_log_prob_is_continuous_when_a_torsion_crosses_pi(spline_models, md_fram
     row = next(i for i in range(t.n_ic) if bool(t.torsion_circular[i]))
     y, _ = t.from_cartesian(torch.as_tensor(md_frames[0][:1]))
     col = t.n_free_bonds + t.n_ic + row
-    current = t.torsion_cut[row] + math.pi + y[0, col]
     # torsion values that step across the +-pi branch of atan2
     angles = torch.linspace(math.pi - 0.05, math.pi + 0.05, 41, dtype=torch.float64)
     ys = y.repeat(len(angles), 1)
     ys[:, col] = wrap_angle(angles - t.torsion_cut[row] - math.pi)
     x, _ = t.to_cartesian(ys)
     lp = bg.log_prob(x.float()).double()
-    assert torch.isfinite(lp).all() and current.isfinite()
-    assert (lp.diff().abs() < 0.5).all()
+    assert torch.isfinite(lp).all()
+    # steps of 0.0025 rad change log q by about 1e-4 (float32 resolution at this size); a cut at
+    # +-pi would show as one step far above that
+    assert (lp.diff().abs() < 0.01).all()
 
 
 def test_parameter_counts(molecule):

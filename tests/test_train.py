@@ -336,17 +336,6 @@ def test_failed_compile_falls_back_to_eager(md_file, tmp_path, monkeypatch, caps
     assert trainer.loop.train_step(None) is not None  # eager training goes on
 
 
-def test_auto_compile_only_for_long_cpu_runs(md_file, tmp_path):
-    from bgp4.simulation.data import load_trajectory
-
-    run = RunDirectory(tmp_path / "run")
-    run.path.mkdir()
-    settings = TrainSettings(data=str(md_file), model="rnvp", **TINY).validated()
-    trainer = Trainer(settings, run, load_trajectory(settings.data))
-    trainer.loop.compile(progress=False)
-    assert not trainer.loop.compiled and trainer.loop.batch_nll == trainer.loop.nll
-
-
 @pytest.mark.parametrize(
     "model, steps, energy_steps, objective, compiles",
     [
@@ -408,8 +397,9 @@ def test_ctrl_c_saves_at_a_step_boundary_and_resumes_exactly(md_file, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and sum(1 for _ in RunDirectory(out).records()) < 2:
+    deadline = time.time() + 300
+    while sum(1 for _ in RunDirectory(out).records()) < 2:  # step 100 logged: mid-run, 700 steps to go
+        assert time.time() < deadline and proc.poll() is None, "training never reached step 100"
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -497,8 +487,7 @@ def test_penalty_weight_adds_the_p4inv_bound_penalty(md_file, tmp_path):
         layer = trainer.loop.p4inv_layers[0]
         layer.logabsdet += 100.0
     loss, info = trainer.loop.loss(None)
-    plain = trainer.loop.batch_nll(*[t[:1] for t in trainer.data.train_y])  # any finite reference
-    assert info["p4inv_penalty"] > 0 and torch.isfinite(loss) and torch.isfinite(plain).all()
+    assert info["p4inv_penalty"] > 0 and torch.isfinite(loss)
     assert loss.item() == pytest.approx(info["train_nll"] + 2.0 * info["p4inv_penalty"], rel=1e-5)
     with pytest.raises(InputError, match="penalty-weight"):
         TrainSettings(penalty_weight=-1.0).validated()
@@ -771,6 +760,8 @@ def test_kl_from_scratch_uses_the_data_for_its_transform_only(md_file, tmp_path)
     summary, _ = train(settings, tmp_path / "kl", progress=False)
     assert summary["md_frames"] == 0 and summary["energy_evaluations"] == 2 * TINY["batch"]
     assert summary["test_nll_end"] is not None  # held-out frames still score the flow
+    config = torch.load(tmp_path / "kl" / "model.pt", weights_only=True)["config"]
+    assert "fitted_to" not in config  # the transform came from the frames, not from a structure fit
 
 
 def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
