@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Union
 
-__all__ = ["atomic_write", "temporary_path"]
+__all__ = ["atomic_write", "file_fingerprint", "temporary_path"]
 
 Content = Union[bytes, str, Callable[[Path], None]]
 

@@ -23,6 +23,7 @@ LAYERS = (
     (
         "bgp4.errors",
         "bgp4._io",
+        "bgp4._child",
         "bgp4._rng",
         "bgp4._stop",
         "bgp4.platform",

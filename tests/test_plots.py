@@ -294,3 +294,20 @@ def test_style_does_not_leak(tmp_path):
     before = dict(matplotlib.rcParams)
     plots.free_energy_phi({"MD": analysis.free_energy_1d(RNG.uniform(-3, 3, 100))}, tmp_path / "f")
     assert dict(matplotlib.rcParams) == before
+
+
+def test_seed_panels_show_each_seed_and_the_mean_of_each_metric(tmp_path, drawn):
+    def entry(values, mean, low, high):
+        return {"values": dict(enumerate(values)), "mean": mean, "low": low, "high": high, "n": len(values)}
+
+    summary = {
+        "reverse_ess": {"label": "reverse ESS", "models": {"a": entry([0.4, 0.5, 0.6], 0.5, 0.25, 0.75),
+                                                            "b": entry([0.7, None], 0.7, None, None)}},
+        "test_nll": {"label": "test NLL", "models": {"a": entry([], None, None, None),
+                                                      "b": entry([], None, None, None)}},  # no seed: no panel
+    }  # fmt: skip
+    _check_written(plots.seed_panels(["a", "b"], summary, tmp_path / "seeds"), tmp_path / "seeds")
+    (ax,) = _panels(drawn[0])
+    assert ax.get_title() == "reverse ESS"
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [list(d.get_ydata()) for d in dots] == [[0.4, 0.5, 0.6], [0.7]]  # a missing seed is left out

@@ -38,6 +38,8 @@ def test_samples_file_holds_energies_and_weights(trained_run, molecule):
     path = run / "samples.h5"
     assert mdtraj.load(str(path)).n_frames == 600
     s = load_trajectory(path, 22, extras=SAMPLE_EXTRAS)
+    assert s.settings["constraints"] == "hbonds" and s.settings["solvent"] == "obc"  # the system travels
+    assert s.molecule().record() == molecule.record()
     kT = molecule.kT(600.0)
     finite, ok = s.extras["finite"].astype(bool), s.extras["in_domain"].astype(bool)
     good = finite & ok

@@ -710,3 +710,21 @@ def test_workers_started_elsewhere_with_the_trim_threshold_get_one_warning(capsy
         "warning: 1 of 1 Dask workers run with MALLOC_TRIM_THRESHOLD_ set (the nanny's default), "
         "which made FAB steps 3x slower; start them with `dask worker ... --no-nanny`"
     ]
+
+
+@pytest.mark.slow
+def test_a_missing_data_file_is_simulated_by_this_bgp4_in_a_child(tmp_path, monkeypatch):
+    from bgp4.simulation.data import load_trajectory, read_settings
+    from bgp4.sweep.tasks import simulate_task
+
+    decoy = tmp_path / "bgp4"  # a package named bgp4 in the cwd must not be the one the child runs
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the wrong bgp4')\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "data" / "ala2.h5"
+    out.parent.mkdir()
+    md = {"frames": 40, "equilibration_ps": 0.1, "replicas": 1, "seed": 2}
+    assert simulate_task(str(out), md) == str(out)
+    assert load_trajectory(out).n_frames == 40 and read_settings(out)["seed"] == 2
+    assert "bgp4 simulate --frames 40" in (out.parent / "ala2.h5.log.txt").read_text()
+    assert simulate_task(str(out), md) == str(out)  # done: kept

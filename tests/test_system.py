@@ -192,3 +192,13 @@ def test_each_pipeline_preset_has_its_own_default_directory(cli, monkeypatch):
     for preset in ("quick", "paper"):
         assert cli("pipeline", "--preset", preset, "--quiet").returncode == 0
     assert seen == [("quick", Path("out/quick")), ("paper", Path("out/paper"))]  # a quick run never blocks paper
+
+
+def test_the_help_names_every_registered_molecule(cli):
+    # the CLI spells the names out (importing the molecule layer would load OpenMM at start-up)
+    from bgp4.simulation.molecule import MOLECULES, SEQUENCE_PREFIX
+
+    for command in ("simulate", "train", "pipeline"):
+        text = " ".join(cli(command, "--help").stdout.split())
+        for name in [*MOLECULES, SEQUENCE_PREFIX]:
+            assert name in text.replace("- ", "-"), (command, name)  # rich may wrap after a hyphen

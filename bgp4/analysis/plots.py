@@ -30,6 +30,7 @@ __all__ = [
     "energy_violins",
     "ramachandran_panels",
     "free_energy_phi",
+    "seed_panels",
 ]
 
 #: rcParams shared by all figures (applied temporarily, see `_styled`).
@@ -286,4 +287,33 @@ def free_energy_phi(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: s
     ax.set_xlabel("$\\varphi$")
     ax.set_ylabel("free energy $F(\\varphi)$ [$k_BT$]")
     ax.legend(loc="best")
+    return _save(fig, path)
+
+
+@_styled
+def seed_panels(models: list[str], summary: Mapping[str, Any], path: str | Path) -> list[Path]:
+    """One panel per metric of a sweep: each seed a dot, the mean with its interval as a bar.
+
+    Args:
+        models: the sweep's models, in the order of the panels' columns.
+        summary: metric -> {"label", "models": {model: {"values": {seed: value}, "mean", "low",
+            "high", "n"}}}, as `bgp4.report.aggregate.summarize_sweep` gives it (any unit per metric).
+        path: output stem; writes `<stem>.png` and `<stem>.pdf`.
+    """
+    keys = [k for k, e in summary.items() if any(e["models"][m]["n"] for m in models)]
+    ncols = min(4, max(1, len(keys)))
+    fig, axes = _new_figure(max(1, len(keys)), panel_size=(2.4, 2.2), ncols=ncols)
+    for ax, key in zip(axes, keys):
+        entry = summary[key]
+        for i, model in enumerate(models):
+            e = entry["models"][model]
+            values = [v for v in e["values"].values() if v is not None and math.isfinite(v)]
+            offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else np.zeros(len(values))
+            ax.plot(i + offsets, values, "o", color=_color(i + 2), alpha=0.6, ms=3.5)  # C0, C1: MD columns
+            if e["mean"] is not None:
+                err = None if e["low"] is None else [[e["mean"] - e["low"]], [e["high"] - e["mean"]]]
+                ax.errorbar([i + 0.3], [e["mean"]], yerr=err, fmt="s", color="0.15", ms=4, capsize=3)
+        ax.set_xticks(range(len(models)), models, rotation=20, ha="right")
+        ax.set_xlim(-0.5, len(models) - 0.3)
+        ax.set_title(entry["label"])
     return _save(fig, path)

@@ -33,7 +33,7 @@ def molecule_choice(molecule: str, sequence: str, pdb: str) -> str:
     three is given); "" when neither is (the default molecule, or the --pdb file's)."""
     if sum(bool(v) for v in (molecule, sequence, pdb)) > 1:
         raise InputError("give only one of --molecule, --sequence and --pdb")
-    return f"sequence:{sequence}" if sequence else molecule
+    return f"sequence:{sequence}" if sequence else molecule  # SEQUENCE_PREFIX (molecule layer)
 
 
 _MD = MDSettings

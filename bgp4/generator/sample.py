@@ -134,8 +134,9 @@ def _summary(u: np.ndarray, extras: dict[str, np.ndarray], weights_defined: bool
 
 
 def _write(out: Path, src: _Source, chunks: Iterator[dict[str, np.ndarray]], record: dict[str, Any], extras) -> None:
-    """The samples file: frames (nm, kJ/mol), the per-sample `extras`, the settings record last."""
-    record.update(temperature=src.temperature, molecule=src.molecule.name)
+    """The samples file: frames (nm, kJ/mol), the per-sample `extras`, the settings record last
+    (with the molecule and its system, so that the file rebuilds them as a data file does)."""
+    record.update(temperature=src.temperature, **src.molecule.record())
     out.parent.mkdir(parents=True, exist_ok=True)
     write_trajectory(out, src.molecule.topology, chunks, record, extras=extras)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from bgp4._io import atomic_write
 from bgp4.errors import InputError
 from bgp4.stage import Stage
 
@@ -27,7 +28,7 @@ from bgp4.stage import Stage
 # their start, which stays free of those; the sweep client loads them in the background while the runs
 # train (bgp4.sweep.runner._import_report_modules).
 
-__all__ = ["t_interval", "paired_difference", "summarize_sweep", "write_sweep_report", "LEVEL"]
+__all__ = ["LEVEL", "collect", "paired_difference", "render", "summarize_sweep", "t_interval", "write_sweep_report"]
 
 LEVEL = 0.95
 #: Seconds to wait for figures drawn through an executor before drawing them locally instead.
@@ -297,30 +298,11 @@ def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
 
 
 def seeds_figure(models: list[str], summary: dict[str, Any], path: Path) -> list[Path]:
-    """One panel per metric: each seed a dot, the mean with its interval as a bar."""
+    """The seeds figure (`bgp4.analysis.plots.seed_panels`), imported when drawn: matplotlib stays
+    out of the CLI's start-up."""
     from bgp4.analysis import plots
 
-    @plots._styled
-    def draw() -> list[Path]:
-        keys = [k for k, e in summary.items() if any(e["models"][m]["n"] for m in models)]
-        ncols = min(4, max(1, len(keys)))
-        fig, axes = plots._new_figure(max(1, len(keys)), panel_size=(2.4, 2.2), ncols=ncols)
-        for ax, key in zip(axes, keys):
-            entry = summary[key]
-            for i, model in enumerate(models):
-                e = entry["models"][model]
-                values = [v for v in e["values"].values() if v is not None and math.isfinite(v)]
-                offsets = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else np.zeros(len(values))
-                ax.plot(i + offsets, values, "o", color=plots._color(i + 2), alpha=0.6, ms=3.5)  # C0, C1: MD columns
-                if e["mean"] is not None:
-                    err = None if e["low"] is None else [[e["mean"] - e["low"]], [e["high"] - e["mean"]]]
-                    ax.errorbar([i + 0.3], [e["mean"]], yerr=err, fmt="s", color="0.15", ms=4, capsize=3)
-            ax.set_xticks(range(len(models)), models, rotation=20, ha="right")
-            ax.set_xlim(-0.5, len(models) - 0.3)
-            ax.set_title(entry["label"])
-        return plots._save(fig, path)
-
-    return draw()
+    return plots.seed_panels(models, summary, path)
 
 
 def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, Any]]], path: Path) -> list[Path]:
@@ -398,6 +380,6 @@ def write_sweep_report(
         "metrics": summary,
         "figures": {k: [p.name for p in v] for k, v in figures.items()},
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    (out / "report.md").write_text(render(record, summary))
+    atomic_write(out / "report.md", render(record, summary))
+    atomic_write(out / "metrics.json", json.dumps(metrics, indent=1))  # last: the report's marker
     return metrics

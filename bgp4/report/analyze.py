@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bgp4._io import atomic_write
 from bgp4.analysis import estimators as A
 from bgp4.analysis import plots, plots_residues
 from bgp4.analysis.metrics import TorsionPair, model_metrics, state_summary, summarize_reference
@@ -132,8 +133,9 @@ def analyze(
         metrics["models"][label] = summary
         figures.add(label, u, angles, A.normalized_weights(log_w) if summary["weights_defined"] else None)
     metrics["figures"] = figures.draw(out, metrics)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    (out / "report.md").write_text(render_report(metrics, data_path))
+    # metrics.json last and whole: a sweep counts a run as analyzed by it (a kill leaves no half file)
+    atomic_write(out / "report.md", render_report(metrics, data_path))
+    atomic_write(out / "metrics.json", json.dumps(metrics, indent=1))
     return metrics
 
 

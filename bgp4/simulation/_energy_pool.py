@@ -15,13 +15,12 @@ import json
 import os
 import select
 import subprocess
-import sys
 import threading
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 
+from bgp4._child import python_command
 from bgp4.errors import Bgp4Error
 from bgp4.simulation._energy_worker import HEADER, LENGTH
 
@@ -31,23 +30,15 @@ __all__ = ["Pool", "Worker", "WorkerDied", "worker_command"]
 def worker_command(
     platform_name: str, props: dict[str, str], die_with_parent: bool
 ) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of one worker; it imports this very bgp4, whatever the cwd, sys.path or install mode."""
-    safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # keeps the cwd (and any bgp4/ there) off its sys.path
-    argv = [
-        sys.executable,
-        *safe_path,
+    """argv and environment of one worker; it imports this very bgp4 (`bgp4._child`)."""
+    return python_command(
         "-m",
         "bgp4.simulation._energy_worker",
         platform_name,
         json.dumps(props),
         str(os.getpid()),
         "01"[die_with_parent],
-    ]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")) if p
     )
-    return argv, env
 
 
 class WorkerDied(Exception):

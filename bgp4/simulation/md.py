@@ -21,13 +21,13 @@ import os
 import select
 import shutil
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bgp4._child import python_command
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation.system import SystemSpec
 from bgp4.stage import Stage, changed, refuse_changes
@@ -186,14 +186,10 @@ def die_with_parent() -> None:
 
 
 def _replica_command(work: Path, replica: int, s: MDSettings) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of one replica process; it imports this very bgp4, whatever the cwd, sys.path or install."""
-    safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # keeps the cwd (and any bgp4/ there) off its sys.path
-    argv = [sys.executable, *safe_path, "-m", "bgp4.simulation._md_worker"]
-    argv += [str(work), str(replica), json.dumps(asdict(s)), str(os.getpid())]
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])  # the directory that holds bgp4/
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    return argv, env
+    """argv and environment of one replica process; it imports this very bgp4 (`bgp4._child`)."""
+    return python_command(
+        "-m", "bgp4.simulation._md_worker", str(work), str(replica), json.dumps(asdict(s)), str(os.getpid())
+    )
 
 
 def _run_replicas(work: Path, s: MDSettings, done: list[int], bar) -> None:

@@ -235,6 +235,8 @@ def simulate_task(data: str, md: dict[str, Any]) -> str:
     the replica processes along when the worker dies, and stops them on Ctrl-C as in a terminal."""
     import subprocess
 
+    from bgp4._child import python_command
+
     out = Path(data)
     with _locked_and_logged(out.with_name(out.name + ".lock"), out.with_name(out.name + ".log.txt")) as say:
         if out.exists():
@@ -243,11 +245,8 @@ def simulate_task(data: str, md: dict[str, Any]) -> str:
         flags = [a for k, v in md.items() for a in (f"--{k.replace('_', '-')}", str(v))]
         say("bgp4 simulate " + " ".join(flags))
         sys.stdout.flush()
-        done = subprocess.run(
-            [sys.executable, "-c", _SIMULATE_CHILD, "simulate", "--out", data, "--quiet", *flags],
-            stdout=sys.stdout,
-            stderr=sys.stdout,
-        )
+        argv, env = python_command("-c", _SIMULATE_CHILD, "simulate", "--out", data, "--quiet", *flags)
+        done = subprocess.run(argv, env=env, stdout=sys.stdout, stderr=sys.stdout)
         if done.returncode != 0:
             raise Bgp4Error(f"simulating {data} failed (exit code {done.returncode}); see {out.name}.log.txt")
     return data
