@@ -34,6 +34,7 @@ __all__ = [
     "OBJECTIVES",
     "ENERGY_LR",
     "NO_DATA",
+    "SCRATCH_SETTINGS",
     "KIND_DEFAULTS",
     "resolve_architecture",
     "TrainSettings",
@@ -130,7 +131,7 @@ _DATA_FREE = ("kl", "fab")
 #: The `data` values that mean: no MD data (kl and fab from a finished run or from scratch).
 NO_DATA = ("", "none")
 #: Settings that name the molecule and system of a run from scratch without MD data (`--molecule`).
-_SCRATCH = ("molecule", "pdb", "forcefield", "solvent", "constraints")
+SCRATCH_SETTINGS = ("molecule", "pdb", "forcefield", "solvent", "constraints")
 #: Settings without a command-line option (a config file or the API sets them).
 _NO_FLAG = ("checkpoint_minutes",)
 
@@ -283,7 +284,7 @@ class TrainSettings:
             )
         if self.objective == "fab" and self.fab_buffer < self.batch:
             raise InputError(f"fab_buffer (--fab-buffer) {self.fab_buffer} holds less than one batch of {self.batch}")
-        given = [name for name in _SCRATCH if getattr(self, name)]
+        given = [name for name in SCRATCH_SETTINGS if getattr(self, name)]
         if given and (self.has_data or self.init):
             source = "the data file (--data)" if self.has_data else "the model of init (--init)"
             raise InputError(

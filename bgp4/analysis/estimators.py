@@ -76,7 +76,7 @@ def backbone_dihedrals(xyz: np.ndarray, molecule: Any) -> tuple[np.ndarray, np.n
             4-tuples (for a longer peptide, those of the central residue; every residue's are in
             `bgp4.analysis.residues`).
     """
-    if getattr(molecule, "phi", None) is None or getattr(molecule, "psi", None) is None:
+    if not getattr(molecule, "phi", None) or not getattr(molecule, "psi", None):  # () without a backbone
         raise InputError(f"expected a bgp4 Molecule with backbone torsions, got {type(molecule).__name__}")
     angles = dihedral_angles(xyz, molecule, [molecule.phi, molecule.psi])
     return angles[:, 0], angles[:, 1]

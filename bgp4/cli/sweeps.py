@@ -16,7 +16,14 @@ from bgp4.cli.md import MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
 from bgp4.errors import InputError
 from bgp4.pipeline import PRESETS, run_pipeline
-from bgp4.settings import RefineSettings, SampleSettings, TrainSettings, merge_settings, read_config_file
+from bgp4.settings import (
+    SCRATCH_SETTINGS,
+    RefineSettings,
+    SampleSettings,
+    TrainSettings,
+    merge_settings,
+    read_config_file,
+)
 from bgp4.simulation.md import MDSettings
 
 __all__ = ["pipeline", "sweep"]
@@ -59,7 +66,6 @@ def pipeline(
 # these train parameters are not settings, or the sweep has its own meaning for them; the
 # from-scratch ones need `--data none`, which a sweep never has (its data file is simulated first)
 _NOT_SWEEP_SETTINGS = {"out", "overwrite", "quiet", "data", "model", "seed", "workers"}
-_FROM_SCRATCH = {"molecule", "pdb", "forcefield", "solvent", "constraints"}
 # train's options whose meaning differs in a sweep: the sweep's own help text
 _SWEEP_HELP = {
     "device": "auto|cpu|cuda. auto is cpu unless --gpus-per-run > 0 (the resource request decides, not the "
@@ -85,7 +91,7 @@ def _with_train_settings(command: Callable) -> Callable:
     shared = [
         p.replace(annotation=hints[name], default=_sweep_option(name, p.default))
         for name, p in inspect.signature(train).parameters.items()
-        if name not in _NOT_SWEEP_SETTINGS | _FROM_SCRATCH
+        if name not in _NOT_SWEEP_SETTINGS | set(SCRATCH_SETTINGS)
     ]
     command.__signature__ = inspect.Signature(own + shared)
     command.__annotations__.update({p.name: p.annotation for p in shared})

@@ -44,6 +44,8 @@ class Objective:
     name = ""
 
     def loss(self, energy) -> Step:
+        """(loss, infos, target energy evaluations) of one step; `energy` maps positions (nm) to
+        reduced energies u (kT), the OpenMM bridge (`bgp4.simulation.energy.OpenMMEnergy`)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
