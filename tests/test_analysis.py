@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import mdtraj
@@ -37,6 +38,9 @@ def test_backbone_dihedrals_reject_bad_shape(molecule):
         analysis.backbone_dihedrals(np.zeros((3, 21, 3)), molecule)
     with pytest.raises(InputError, match="expected a bgp4 Molecule"):
         analysis.backbone_dihedrals(np.zeros((3, 22, 3)), molecule.topology)
+    no_backbone = dataclasses.replace(molecule, phi=(), psi=())  # how the molecule layer says it
+    with pytest.raises(InputError, match="expected a bgp4 Molecule with backbone torsions"):
+        analysis.backbone_dihedrals(np.zeros((3, 22, 3)), no_backbone)
 
 
 def test_energy_shift_and_low_energy_fraction():
