@@ -787,7 +787,7 @@ def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
         (["--data", "none", "--objective", "mixed", "--steps", "0"], "objective mixed (--objective) trains on MD"),
         (["--data", "none", "--objective", "kl", "--steps", "0"], "needs the molecule (--molecule NAME or --pdb"),
         (["--data", "none", "--objective", "fab", "--init", str(tmp_path / "ml")], "--steps 0"),
-        (["--data", str(md_file), *tiny, "--init", str(other), "--steps", "0"], "another molecule or system"),
+        (["--data", str(md_file), *tiny, "--init", str(other), "--steps", "0"], "are of different molecules"),
         (["--data", str(md_file), "--objective", "fab", "--no-fix-constrained"], "p/q is unbounded"),
         (
             ["--data", "none", *tiny, "--objective", "kl", "--steps", "0", "--init", str(tmp_path / "ml"), "--augment"],

@@ -15,6 +15,7 @@ import mdtraj
 import numpy as np
 
 from bgp4.errors import InputError
+from bgp4.simulation.molecule import backbone_pairs
 
 __all__ = ["ResidueTorsions", "dihedral_angles", "residue_dihedrals", "residue_torsions"]
 
@@ -40,19 +41,7 @@ def residue_torsions(molecule: Any) -> list[ResidueTorsions]:
 
     `molecule`: a `bgp4.simulation.molecule.Molecule` or an mdtraj Topology.
     """
-    topology = _topology(molecule)
-    if topology.n_atoms == 0:
-        return []
-    # mdtraj finds the quartets from the topology alone; the coordinates of this frame do not matter
-    frame = mdtraj.Trajectory(np.zeros((1, topology.n_atoms, 3), dtype=np.float32), topology)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        phis, psis = mdtraj.compute_phi(frame)[0], mdtraj.compute_psi(frame)[0]
-    by_ca = {int(q[1]): tuple(int(a) for a in q) for q in psis}  # psi is N-CA-C-N, phi C-N-CA-C
-    return [
-        ResidueTorsions(str(topology.atom(int(q[2])).residue), tuple(int(a) for a in q), by_ca[int(q[2])])
-        for q in phis
-        if int(q[2]) in by_ca
-    ]
+    return [ResidueTorsions(*pair) for pair in backbone_pairs(_topology(molecule))]
 
 
 def dihedral_angles(xyz: np.ndarray, molecule: Any, quartets: Any) -> np.ndarray:

@@ -19,7 +19,7 @@ import torch
 
 from bgp4._io import atomic_write
 from bgp4.errors import InputError
-from bgp4.simulation.molecule import DEFAULT_MOLECULE, molecule_of
+from bgp4.simulation.molecule import check_same_molecule, molecule_of
 from bgp4.stage import COMPLETE, DATA, FINGERPRINT, METRICS, SETTINGS, Stage, changed, refuse_changes
 
 __all__ = [
@@ -126,8 +126,6 @@ INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "zmat
 _INIT_ARCHITECTURE = INIT_MUST_MATCH[:-2]
 # the value of a setting a run of an older version did not record
 _INIT_DEFAULTS = {"zmatrix": "hand"}
-# what a molecule's record (`Molecule.record`, in a model's config) says about its system
-_MOLECULE_KEYS = ("molecule", "forcefield", "solvent", "constraints", "structure")
 
 
 def check_init(init: str | Path, record: dict[str, Any], data: bool = True) -> None:
@@ -173,20 +171,15 @@ def run_costs(path: str | Path) -> dict[str, int]:
 
 def check_init_molecule(init: str | Path, molecule):
     """Refuse (InputError) to start a run of `molecule` (its data's) from the run `init` of another
-    molecule or system; returns `molecule`, or without one (None: no data) the init model's."""
+    molecule or system (`check_same_molecule`); returns `molecule`, or without one (None: no data)
+    the init model's."""
+    path = RunDirectory(init).file(MODEL)
     try:
-        config = torch.load(RunDirectory(init).file(MODEL), map_location="cpu", weights_only=True)["config"]
+        config = torch.load(path, map_location="cpu", weights_only=True)["config"]
     except (RuntimeError, EOFError, OSError, KeyError, TypeError, pickle.UnpicklingError) as err:
         raise InputError(f"init={init} (--init): its {MODEL} cannot be read ({type(err).__name__})") from None
+    theirs = molecule_of(config, source=path)  # a model of an older version names none: the default
     if molecule is None:
-        return molecule_of(config, source=RunDirectory(init).file(MODEL))
-    mine = molecule.record()
-    theirs = {"molecule": DEFAULT_MOLECULE, **config}  # models of older versions name no molecule
-    differ = [k for k in _MOLECULE_KEYS if k in mine and k in theirs and mine[k] != theirs[k]]
-    if differ:
-        what = ", ".join(f"{k} {theirs[k]!r}" for k in differ if k != "structure") or "another structure"
-        raise InputError(
-            f"init={init} (--init) is a run of another molecule or system ({what}; the data has "
-            f"{mine['molecule']!r}): a run can only start from one of the same molecule"
-        )
+        return theirs
+    check_same_molecule(molecule, theirs, what=f"the data and init={init} (--init)")
     return molecule

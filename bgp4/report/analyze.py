@@ -32,7 +32,7 @@ from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pi
 )
 from bgp4.simulation.data import load_trajectory, resolve_temperature
 from bgp4.simulation.energy import OpenMMEnergy
-from bgp4.simulation.molecule import Molecule, check_same_molecule
+from bgp4.simulation.molecule import Molecule, central_pair, check_same_molecule
 from bgp4.stage import DATA, same_data, with_fingerprint
 
 __all__ = [
@@ -156,7 +156,7 @@ def _own_pair(molecule: Any, torsions: list[ResidueTorsions]) -> ResidueTorsions
         return None
     phi, psi = getattr(molecule, "phi", None), getattr(molecule, "psi", None)
     if phi is None or psi is None:
-        return torsions[(len(torsions) - 1) // 2]
+        return central_pair(torsions)
     label = next((t.label for t in torsions if t.phi == tuple(phi) and t.psi == tuple(psi)), "")
     return ResidueTorsions(label, tuple(phi), tuple(psi))
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import mdtraj
 import numpy as np
@@ -44,6 +44,8 @@ __all__ = [
     "kT",
     "Molecule",
     "alanine_dipeptide",
+    "backbone_pairs",
+    "central_pair",
     "PEPTIDES",
     "SEQUENCE_PREFIX",
     "PDB_PREFIX",
@@ -56,6 +58,8 @@ __all__ = [
     "molecule_of",
     "check_same_molecule",
 ]
+
+T = TypeVar("T")
 
 #: Boltzmann constant in kJ/mol/K (OpenMM's value, CODATA 2018).
 KB_KJ_PER_MOL_K = 0.00831446261815324
@@ -172,14 +176,33 @@ def alanine_dipeptide(spec: SystemSpec = SystemSpec()) -> Molecule:
     )
 
 
-def _central_torsions(topology: mdtraj.Topology) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(phi, psi) atom quartets of the middle residue that has both (mdtraj's quartets); ((), ())
-    for a molecule without a peptide backbone."""
+def backbone_pairs(topology: mdtraj.Topology) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """(residue label, phi quartet, psi quartet) of every residue that has both, in chain order
+    (mdtraj's quartets: phi C-N-CA-C, psi N-CA-C-N); [] for a molecule without a peptide backbone."""
+    if topology.n_atoms == 0:
+        return []
+    # mdtraj finds the quartets from the topology alone; the coordinates of this frame do not matter
     traj = mdtraj.Trajectory(np.zeros((1, topology.n_atoms, 3), dtype=np.float32), topology)
-    phis, psis = mdtraj.compute_phi(traj)[0], mdtraj.compute_psi(traj)[0]
-    by_ca = {int(q[1]): tuple(int(a) for a in q) for q in psis}  # psi is N-CA-C-N, phi C-N-CA-C
-    pairs = [(tuple(int(a) for a in q), by_ca[int(q[2])]) for q in phis if int(q[2]) in by_ca]
-    return pairs[(len(pairs) - 1) // 2] if pairs else ((), ())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phis, psis = mdtraj.compute_phi(traj)[0], mdtraj.compute_psi(traj)[0]
+    by_ca = {int(q[1]): tuple(int(a) for a in q) for q in psis}
+    return [
+        (str(topology.atom(int(q[2])).residue), tuple(int(a) for a in q), by_ca[int(q[2])])
+        for q in phis
+        if int(q[2]) in by_ca
+    ]
+
+
+def central_pair(pairs: Sequence[T]) -> T:
+    """The middle one of a peptide's residue pairs (the first of the two middle ones for an even
+    count): the pair a peptide's single-pair figures use."""
+    return pairs[(len(pairs) - 1) // 2]
+
+
+def _central_torsions(topology: mdtraj.Topology) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(phi, psi) atom quartets of the central residue that has both; ((), ()) without a backbone."""
+    pairs = backbone_pairs(topology)
+    return central_pair(pairs)[1:] if pairs else ((), ())
 
 
 def peptide_molecule(
