@@ -79,10 +79,13 @@ def data_path(out: Path, md: MDSettings) -> Path:
     return out / "data" / f"{name}{free}-{md.temperature:g}K.h5"
 
 
-def _refine(run: Path, sample: Any, refine: Any, progress: bool, say: Callable[[str], None]) -> None:
-    """AIS refinement of a run's samples, as `bgp4 sample RUN --refine K` does."""
+def _refine(
+    run: Path, sample: Any, refine: Any, raw_ess: float | None, progress: bool, say: Callable[[str], None]
+) -> None:
+    """AIS refinement of a run's samples (whose raw reverse ESS is `raw_ess`), as `bgp4 sample RUN
+    --refine K` does, with its hint when the refinement went wrong."""
     # lazy: the CLI imports this module at its start (PRESETS), which stays free of torch
-    from bgp4.generator.sample import refine_run
+    from bgp4.generator.sample import refine_note, refine_run
     from bgp4.report.analyze import format_number
 
     summary, refined = refine_run(run, sample, refine.validated(), progress=progress)
@@ -90,6 +93,8 @@ def _refine(run: Path, sample: Any, refine: Any, progress: bool, say: Callable[[
         f"refine {run.name}: {'done' if refined else 'complete, skipped'}; AIS with {refine.levels} levels, "
         f"reverse ESS {format_number(summary.get('reverse_ess'))}"
     )
+    if note := refine_note(raw_ess, summary, refine.steps):
+        say(f"note: {note}")
 
 
 def run_pipeline(
@@ -140,7 +145,8 @@ def run_pipeline(
             f"reverse ESS {format_number(summary.get('reverse_ess'))}"
         )
         if model in p.get("refine", {}):
-            _refine(run, sample_settings, RefineSettings(**p["refine"][model]), progress, say)
+            refine = RefineSettings(**p["refine"][model])
+            _refine(run, sample_settings, refine, summary.get("reverse_ess"), progress, say)
         runs.append(run)
     metrics = analyze(data, runs, out / "report", seed=seed)
     say(f"analyze: report in {out / 'report' / 'report.md'}")

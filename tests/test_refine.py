@@ -463,7 +463,8 @@ def test_cli_refinement_by_independence_moves_alone(tiny_run, tmp_path):
 
 
 def test_refine_note_names_the_fix():
-    from bgp4.cli import STALLED_INDEPENDENCE, _refine_note
+    from bgp4.generator.sample import STALLED_INDEPENDENCE
+    from bgp4.generator.sample import refine_note as _refine_note
 
     fine = {"reverse_ess": 0.9, "final_independence_acceptance": 0.6}
     assert _refine_note(0.5, fine, steps=0) is None and _refine_note(None, fine, steps=1) is None

@@ -13,12 +13,11 @@ from typing import Optional
 
 from bgp4.cli._app import DEFAULT_DATA, app, handles_errors
 from bgp4.cli.md import simulate
-from bgp4.cli.sampling import STALLED_INDEPENDENCE, analyze, sample
-from bgp4.cli.sampling import _refine_note as _refine_note  # re-exported for the tests of its hint
+from bgp4.cli.sampling import analyze, sample
 from bgp4.cli.sweeps import pipeline, sweep
 from bgp4.cli.training import train
 
-__all__ = ["DEFAULT_DATA", "STALLED_INDEPENDENCE", "app", "handles_errors", "main"]
+__all__ = ["DEFAULT_DATA", "app", "handles_errors", "main"]
 
 for _command in (simulate, train, sample, analyze, pipeline, sweep):
     app.command()(_command)

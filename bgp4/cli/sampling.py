@@ -12,11 +12,9 @@ from bgp4.errors import InputError
 from bgp4.report.aggregate import write_sweep_report
 from bgp4.settings import RefineSettings, SampleSettings
 
-__all__ = ["STALLED_INDEPENDENCE", "analyze", "sample"]
+__all__ = ["analyze", "sample"]
 
 _SAMPLE, _REFINE = SampleSettings, RefineSettings
-#: Below this acceptance of the independence moves at the last level, `sample --refine` suggests MALA moves.
-STALLED_INDEPENDENCE = 0.05
 
 
 # `sample` runs past 60 lines only in its signature: typer reads each option, with its `--help`
@@ -84,7 +82,7 @@ def sample(
     Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
     """
     # lazy: keeps the CLI's start-up free of torch and OpenMM
-    from bgp4.generator.sample import refine_run, sample_run
+    from bgp4.generator.sample import refine_note, refine_run, sample_run
     from bgp4.report.analyze import format_number
 
     settings = SampleSettings(n=n, batch=batch, device=device, seed=seed, workers=workers).validated()
@@ -113,31 +111,9 @@ def sample(
             f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
             f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
         )
-        note = _refine_note(summary.get("reverse_ess"), refined, refinement.steps)
+        note = refine_note(summary.get("reverse_ess"), refined, refinement.steps)
         if note:
             typer.echo(f"note: {note}")
-
-
-def _refine_note(raw_ess: float | None, refined: dict, steps: int) -> str | None:
-    """A hint when refinement went wrong in a way the user can fix with the moves."""
-    # with SMC resampling the copies of one lineage count once; a margin keeps noise from triggering it
-    ess = refined.get("lineage_ess", refined.get("reverse_ess"))
-    rate = refined.get("final_independence_acceptance")
-    if raw_ess is not None and ess is not None and ess < 0.8 * raw_ess:
-        return (
-            f"refinement lowered the reverse ESS ({raw_ess:.3g} -> {ess:.3g}): a few samples carry most of the weight; "
-            + (
-                "--refine-steps 1 adds MALA moves, which keep samples from sticking at rare states"
-                if steps == 0
-                else "more levels (--refine K) spread it over more moves"
-            )
-        )
-    if steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
-        return (
-            f"the generator's own draws were accepted in only {rate:.1%} of the independence moves at the last "
-            "level, so the samples hardly moved there; --refine-steps 1 adds MALA moves"
-        )
-    return None
 
 
 @handles_errors

@@ -37,12 +37,16 @@ __all__ = [
     "SampleSettings",
     "default_samples_path",
     "latent_batches",
+    "STALLED_INDEPENDENCE",
+    "refine_note",
     "refine_run",
     "refined_path",
     "sample_run",
 ]
 
 SAMPLE_EXTRAS = ("log_q", "log_w", "finite", "in_domain")
+#: Below this acceptance of the independence moves at the last level, `refine_note` suggests MALA moves.
+STALLED_INDEPENDENCE = 0.05
 #: Refined files also hold each sample's SMC lineage (the starting sample it descends from).
 REFINED_EXTRAS = SAMPLE_EXTRAS + ("ancestor",)
 
@@ -351,3 +355,27 @@ def _per_level(results: list, name: str, levels: int) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # levels without moves of that kind
         return np.nanmean(np.stack([getattr(c, name) for c in results]), axis=0)
+
+
+def refine_note(raw_ess: float | None, refined: dict[str, Any], steps: int) -> str | None:
+    """A hint when refinement went wrong in a way the user can fix with the moves (None when it did
+    not): `raw_ess` the raw samples' reverse ESS, `refined` the summary of `refine_run`, `steps`
+    its MALA moves per level."""
+    # with SMC resampling the copies of one lineage count once; a margin keeps noise from triggering it
+    ess = refined.get("lineage_ess", refined.get("reverse_ess"))
+    rate = refined.get("final_independence_acceptance")
+    if raw_ess is not None and ess is not None and ess < 0.8 * raw_ess:
+        return (
+            f"refinement lowered the reverse ESS ({raw_ess:.3g} -> {ess:.3g}): a few samples carry most of the weight; "
+            + (
+                "--refine-steps 1 adds MALA moves, which keep samples from sticking at rare states"
+                if steps == 0
+                else "more levels (--refine K) spread it over more moves"
+            )
+        )
+    if steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
+        return (
+            f"the generator's own draws were accepted in only {rate:.1%} of the independence moves at the last "
+            "level, so the samples hardly moved there; --refine-steps 1 adds MALA moves"
+        )
+    return None
