@@ -1,5 +1,5 @@
-"""The generator kinds, in one registry: what settings validate, what the model builder builds and
-what the sweep's dispatch weighs.
+"""The generator kinds and the training objectives, in one registry each: what settings validate,
+what the model builder builds, what the training loop does and what the sweep's dispatch weighs.
 
 A kind is a frozen `GeneratorKind`; look one up with `get_kind(name)`, which refuses an unknown
 name with the list of the known ones. Everything else that depends on the kind (settings'
@@ -10,6 +10,11 @@ reads it from here rather than comparing names.
     (True, True)
     >>> get_kind("rnvp").architecture(blocks=3)
     {'blocks': 3, 'hidden': 60}
+
+An objective is a frozen `ObjectiveKind`, looked up the same way with `get_objective(name)`:
+
+    >>> get_objective("fab").data_free, get_objective("mixed").energy_lr
+    (True, 1e-05)
 """
 
 from __future__ import annotations
@@ -18,7 +23,16 @@ from dataclasses import dataclass
 
 from bgp4.errors import InputError
 
-__all__ = ["GeneratorKind", "KINDS", "get_kind", "kind_names"]
+__all__ = [
+    "DEFAULT_OBJECTIVE",
+    "GeneratorKind",
+    "KINDS",
+    "OBJECTIVE_KINDS",
+    "ObjectiveKind",
+    "get_kind",
+    "get_objective",
+    "kind_names",
+]
 
 
 @dataclass(frozen=True)
@@ -108,3 +122,53 @@ def get_kind(name: str, what: str = "generator kind") -> GeneratorKind:
         return KINDS[name]
     except (KeyError, TypeError):
         raise InputError(f"unknown {what} {name!r}; choose one of {', '.join(KINDS)}") from None
+
+
+@dataclass(frozen=True)
+class ObjectiveKind:
+    """What the second (energy) phase of a training run trains.
+
+    Attributes:
+        name: the name settings and the CLI use ("ml", "mixed", "kl", "fab").
+        energy_lr: the energy phase's learning rate when `--energy-lr` is 0; None for ml (no
+            energy phase).
+        data_free: it trains without MD frames (from `--init` or from the molecule's structure),
+            and its gradients are clipped by default.
+        nll_in_energy_phase: its energy steps go through the likelihood of a batch (mixed: MD
+            frames; fab: replay-buffer samples), so they count towards `--compile auto`.
+        md_in_energy_phase: its energy steps draw MD frames (the paper's mixed loss).
+        flow_ess_key: the metrics-log key of the ESS of the flow's own samples, which the training
+            figure draws (fab logs `flow_ess`; kl logs its batches' `batch_ess`).
+    """
+
+    name: str
+    energy_lr: float | None
+    data_free: bool
+    nll_in_energy_phase: bool
+    md_in_energy_phase: bool
+    flow_ess_key: str = "flow_ess"
+
+
+#: Every objective, by name: ml (likelihood only), mixed (the paper's w_l NLL + w_e reverse KL),
+#: kl (reverse KL alone), fab (flow annealed importance sampling bootstrap).
+OBJECTIVE_KINDS: dict[str, ObjectiveKind] = {
+    o.name: o
+    for o in (
+        ObjectiveKind("ml", None, data_free=False, nll_in_energy_phase=False, md_in_energy_phase=False),
+        ObjectiveKind("mixed", 1e-5, data_free=False, nll_in_energy_phase=True, md_in_energy_phase=True),
+        ObjectiveKind(
+            "kl", 1e-4, data_free=True, nll_in_energy_phase=False, md_in_energy_phase=False, flow_ess_key="batch_ess"
+        ),
+        ObjectiveKind("fab", 1e-4, data_free=True, nll_in_energy_phase=True, md_in_energy_phase=False),
+    )
+}
+#: The objective of a settings record that names none (the paper's, and every run before the option).
+DEFAULT_OBJECTIVE = "mixed"
+
+
+def get_objective(name: str) -> ObjectiveKind:
+    """The objective called `name`; InputError naming the option and the known ones for any other."""
+    try:
+        return OBJECTIVE_KINDS[name]
+    except (KeyError, TypeError):
+        raise InputError(f"objective (--objective) must be one of {', '.join(OBJECTIVE_KINDS)}, got {name!r}") from None

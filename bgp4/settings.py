@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bgp4.errors import InputError
-from bgp4.kinds import KINDS, get_kind, kind_names
+from bgp4.kinds import DEFAULT_OBJECTIVE, KINDS, OBJECTIVE_KINDS, get_kind, get_objective, kind_names
 from bgp4.stage import changed, with_fingerprint
 
 if sys.version_info >= (3, 11):
@@ -122,12 +122,12 @@ ENERGY_LR_SCHEDULES = ("constant", "cosine")
 ZMATRICES = ("hand", "auto")
 #: What the second (energy) phase trains: ml (none: likelihood only), mixed (the paper's w_l NLL +
 #: w_e reverse KL), kl (reverse KL alone, no data), fab (flow annealed importance sampling bootstrap).
-OBJECTIVES = ("ml", "mixed", "kl", "fab")
+OBJECTIVES = tuple(OBJECTIVE_KINDS)
 #: The energy phase's learning rate of each objective when energy_lr is 0 (mixed: the paper's).
-ENERGY_LR = {"mixed": 1e-5, "kl": 1e-4, "fab": 1e-4}
+ENERGY_LR = {o.name: o.energy_lr for o in OBJECTIVE_KINDS.values() if o.energy_lr is not None}
 #: Objectives that train without MD frames (the energy phase alone, without data: from --init or
 #: from the molecule's structure).
-_DATA_FREE = ("kl", "fab")
+_DATA_FREE = tuple(o.name for o in OBJECTIVE_KINDS.values() if o.data_free)
 #: The `data` values that mean: no MD data (kl and fab from a finished run or from scratch).
 NO_DATA = ("", "none")
 #: Settings that name the molecule and system of a run from scratch without MD data (`--molecule`).
@@ -163,7 +163,7 @@ class TrainSettings:
     energy_lr: float = 0.0  # 0: the objective's (ENERGY_LR: mixed 1e-5 as in the paper, kl and fab 1e-4)
     energy_lr_schedule: str = "constant"  # constant | cosine (decay to 1 % over the energy phase)
     energy_weight: float = 0.05  # w_e / w_l (mixed)
-    objective: str = "mixed"  # ml | mixed | kl | fab: what the energy phase trains (OBJECTIVES)
+    objective: str = DEFAULT_OBJECTIVE  # ml | mixed | kl | fab: what the energy phase trains (OBJECTIVES)
     fab_levels: int = 8  # FAB: intermediate distributions of each AIS run towards p^2/q
     fab_moves: int = 1  # FAB: MALA moves per level
     fab_independence: int = 1  # FAB: independence Metropolis moves per level (before the MALA moves)
@@ -256,14 +256,13 @@ class TrainSettings:
             lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
             clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline or energy_only else 0.0),
             energy_steps=0 if self.objective == "ml" else self.energy_steps,
-            energy_lr=self.energy_lr or ENERGY_LR.get(self.objective, ENERGY_LR["mixed"]),
+            energy_lr=self.energy_lr or ENERGY_LR.get(self.objective, ENERGY_LR[DEFAULT_OBJECTIVE]),
         )
 
     def _check_objective(self) -> None:
         """Refuse (InputError) an unknown objective, its settings out of range, and a run without
         MD data that would need them."""
-        if self.objective not in OBJECTIVES:
-            raise InputError(f"objective (--objective) must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        get_objective(self.objective)  # InputError for an unknown one
         if not self.energy_lr >= 0:
             raise InputError(f"energy_lr (--energy-lr) must be positive (0: the objective's), got {self.energy_lr}")
         if self.energy_lr_schedule not in ENERGY_LR_SCHEDULES:

@@ -28,7 +28,7 @@ import torch
 from bgp4.flows import P4InvScheduler
 from bgp4.generator.losses import grad_norm, likelihood_loss, p4inv_penalty
 from bgp4.generator.objectives import make_objective
-from bgp4.kinds import get_kind
+from bgp4.kinds import get_kind, get_objective
 
 if TYPE_CHECKING:
     from bgp4._rng import PrivateRNG
@@ -100,7 +100,7 @@ class TrainingLoop:
     @property
     def nll_steps(self) -> int:
         """Steps whose loss goes through `batch_nll`: likelihood steps, plus mixed or FAB energy steps."""
-        return self.s.steps + (self.s.energy_steps if self.s.objective in ("mixed", "fab") else 0)
+        return self.s.steps + (self.s.energy_steps if get_objective(self.s.objective).nll_in_energy_phase else 0)
 
     @property
     def phase(self) -> str:
@@ -120,7 +120,7 @@ class TrainingLoop:
     def md_frames(self) -> int:
         """MD frames the run's losses draw from: the training frames, when a likelihood term is
         trained (likelihood steps, or mixed energy steps); 0 otherwise."""
-        uses = self.s.steps > 0 or (self.s.objective == "mixed" and self.s.energy_steps > 0)
+        uses = self.s.steps > 0 or (get_objective(self.s.objective).md_in_energy_phase and self.s.energy_steps > 0)
         return self.data.n_train if self.data is not None and uses else 0
 
     @property

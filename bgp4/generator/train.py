@@ -32,6 +32,7 @@ from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss,
 from bgp4.generator.model import build_generator, load_generator, weights_defined
 from bgp4.generator.rundir import MODEL, RunDirectory, check_init, check_init_molecule, init_summary, run_costs
 from bgp4.generator.training_data import TEST_FRAMES, TrainingData
+from bgp4.kinds import get_objective
 from bgp4.platform import resolve_device
 from bgp4.settings import TrainSettings, changed_settings, settings_record
 from bgp4.simulation.atoms import rotor_hydrogens
@@ -322,7 +323,7 @@ def prepare_training(settings: TrainSettings, out: str | Path, overwrite: bool =
     if s.augment and (data is None or not rotor_hydrogens(molecule)):
         why = "no MD data to relabel" if data is None else f"{molecule.name} has no interchangeable hydrogen triples"
         raise InputError(f"augment=True (--augment): {why}")
-    if s.objective in ("kl", "fab") and not s.fix_constrained and system.system.getNumConstraints():
+    if get_objective(s.objective).data_free and not s.fix_constrained and system.system.getNumConstraints():
         raise InputError(
             f"objective {s.objective} (--objective) with fix_constrained=False (--no-fix-constrained): the flow "
             "models the constrained bonds, along which p/q is unbounded; train with --fix-constrained"
@@ -374,7 +375,7 @@ def finish_training(trainer: Trainer, summary: dict[str, Any]) -> None:
     run = trainer.run
     # the ESS of the flow's own samples draws the sampling panels: fab logs it, kl as its batch
     # ESS; mixed logs a batch ESS too, but its figure keeps the panels it always had
-    flow_ess = "batch_ess" if trainer.s.objective == "kl" else "flow_ess"
+    flow_ess = get_objective(trainer.s.objective).flow_ess_key
     training_curves(
         [
             {

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bgp4._stop import StopRequest
-from bgp4.kinds import KINDS, get_kind
+from bgp4.kinds import DEFAULT_OBJECTIVE, KINDS, get_kind
 from bgp4.stage import Stage
 from bgp4.sweep.cluster import task_slots
 from bgp4.sweep.spec import RunSpec
@@ -84,7 +84,7 @@ def energy_step_cost(train: dict[str, Any]) -> int:
     """The cost of one energy-phase step of a run with `train` settings, in likelihood steps:
     ENERGY_STEP_COST (mixed, kl), or for fab one buffer step plus its share of an AIS batch
     (1 + levels x (independence + MALA_MOVE_COST x moves) per sample, every `fab_reuse` steps)."""
-    if train.get("objective", "mixed") != "fab":
+    if train.get("objective", DEFAULT_OBJECTIVE) != "fab":
         return ENERGY_STEP_COST
     moves = train["fab_independence"] + MALA_MOVE_COST * train["fab_moves"]
     return 1 + -(-(1 + train["fab_levels"] * moves) // train["fab_reuse"])
