@@ -3,7 +3,9 @@
 For 22 atoms the Reference platform (plain double precision, no thread pool) is the fastest
 on CPU: about 15,000 steps/s per core here against 500-4,000 for the CPU platform, whose
 worker thread is slow to wake on these virtual machines. A GPU context is dominated by
-launch latency at this size, so `auto` picks Reference unless asked otherwise.
+launch latency at this size, so `auto` picks Reference unless asked otherwise. Reference grows
+with the square of the atom count: above about 150 atoms the CPU platform steps faster
+(`run/bench/bench_platform_size.py`; docs/guide/simulate.md, "Platforms").
 """
 
 from __future__ import annotations
