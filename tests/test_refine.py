@@ -476,3 +476,22 @@ def test_refine_note_names_the_fix():
     assert "more levels" in _refine_note(0.17, worse, steps=1)
     stalled = {"reverse_ess": 0.6, "final_independence_acceptance": STALLED_INDEPENDENCE / 2}
     assert "accepted in only" in _refine_note(0.5, stalled, steps=0) and _refine_note(0.5, stalled, steps=1) is None
+
+
+def test_the_pipeline_shows_the_refinement_hint_as_sample_does(monkeypatch, tmp_path):
+    from bgp4 import pipeline
+    from bgp4.generator import sample
+    from bgp4.settings import RefineSettings, SampleSettings
+
+    stalled = {"reverse_ess": 0.6, "final_independence_acceptance": sample.STALLED_INDEPENDENCE / 2}
+    monkeypatch.setattr(sample, "refine_run", lambda run, s, r, progress: (stalled, True))
+    said = []
+    refine = RefineSettings(levels=5, steps=0)
+    pipeline._refine(tmp_path / "spline", SampleSettings(), refine, 0.5, progress=False, say=said.append)
+    assert said[0].startswith("refine spline: done; AIS with 5 levels")
+    assert said[1].startswith("note: the generator's own draws were accepted in only")
+    said.clear()
+    pipeline._refine(
+        tmp_path / "spline", SampleSettings(), RefineSettings(levels=5), 0.5, progress=False, say=said.append
+    )
+    assert len(said) == 1  # with MALA moves the same figures need no hint

@@ -713,6 +713,7 @@ def test_workers_started_elsewhere_with_the_trim_threshold_get_one_warning(capsy
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P (the cwd off sys.path) is 3.11+")
 def test_a_missing_data_file_is_simulated_by_this_bgp4_in_a_child(tmp_path, monkeypatch):
     from bgp4.simulation.data import load_trajectory, read_settings
     from bgp4.sweep.tasks import simulate_task

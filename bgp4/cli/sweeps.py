@@ -72,6 +72,7 @@ _SWEEP_HELP = {
     "device a worker happens to see). [default: auto]",
     "init": "A finished sweep: each run starts from that sweep's run of the same model and seed (e.g. FAB "
     "after a likelihood sweep).",
+    "temperature": "Temperature in K of a data file that records none (a plain mdtraj file).",
 }
 
 

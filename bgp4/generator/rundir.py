@@ -178,7 +178,10 @@ def check_init_molecule(init: str | Path, molecule):
         config = torch.load(path, map_location="cpu", weights_only=True)["config"]
     except (RuntimeError, EOFError, OSError, KeyError, TypeError, pickle.UnpicklingError) as err:
         raise InputError(f"init={init} (--init): its {MODEL} cannot be read ({type(err).__name__})") from None
-    theirs = molecule_of(config, source=path)  # a model of an older version names none: the default
+    try:
+        theirs = molecule_of(config, source=path)  # a model of an older version names none: the default
+    except InputError as err:
+        raise InputError(f"init={init} (--init): {err}") from None
     if molecule is None:
         return theirs
     check_same_molecule(molecule, theirs, what=f"the data and init={init} (--init)")
