@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bgp4._child import python_command
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.sweep.plugins import stop_asked, trainer_cache
@@ -234,8 +235,6 @@ def simulate_task(data: str, md: dict[str, Any]) -> str:
     """Simulate the MD data file. `bgp4 simulate` runs as a child process of the worker, which takes
     the replica processes along when the worker dies, and stops them on Ctrl-C as in a terminal."""
     import subprocess
-
-    from bgp4._child import python_command
 
     out = Path(data)
     with _locked_and_logged(out.with_name(out.name + ".lock"), out.with_name(out.name + ".log.txt")) as say:
