@@ -20,7 +20,7 @@ from bgp4.kinds import KINDS
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.simulation.md import MDSettings, completed, simulate
 
-__all__ = ["PRESETS", "preset_train_settings", "data_path", "run_pipeline"]
+__all__ = ["PRESETS", "NO_PRESET", "get_preset", "preset_train_settings", "data_path", "run_pipeline"]
 
 #: The kinds with spline couplings: the paper preset gives them their own training settings.
 _SPLINE_KINDS = tuple(name for name, kind in KINDS.items() if kind.circular)
@@ -65,9 +65,20 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: No preset: every stage at its defaults.
+NO_PRESET: dict[str, Any] = {"md": {}, "train": {}, "sample": {}}
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    """The preset `name` from `PRESETS`; InputError naming the choices for any other name."""
+    if name not in PRESETS:
+        raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
 def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
     """The `train` settings of `preset` for `model` (common part plus the model's overrides)."""
-    p = PRESETS[preset]
+    p = get_preset(preset)
     return {**p["train"], **p.get("by_model", {}).get(model, {})}
 
 
@@ -113,9 +124,7 @@ def run_pipeline(
     from bgp4.generator.train import train
     from bgp4.report.analyze import analyze, format_number
 
-    if preset not in PRESETS:
-        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    p = PRESETS[preset]
+    p = get_preset(preset)
     out = Path(out)
     md_settings = dataclasses.replace(MDSettings(**p["md"]), seed=seed, **(md or {}))
     md_settings.resolved()  # a bad molecule or system is refused before anything is written

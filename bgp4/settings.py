@@ -44,6 +44,7 @@ __all__ = [
     "settings_record",
     "changed_settings",
     "check_refine",
+    "check_schedule",
 ]
 
 T = TypeVar("T")
@@ -359,9 +360,7 @@ class RefineSettings:
     pilot: int = 1_000  # samples of the step-size pilot (discarded)
 
     def validated(self) -> RefineSettings:
-        check_refine(self.levels, self.steps, self.leapfrog, self.resample_ess, self.independence)
-        if not (isinstance(self.power, (int, float)) and 0.0 < self.power <= 10.0):
-            raise InputError(f"schedule power must be in (0, 10], got {self.power}")
+        check_refine(self.levels, self.steps, self.leapfrog, self.resample_ess, self.independence, self.power)
         if self.pilot < 10:
             raise InputError(f"the step-size pilot needs at least 10 samples, got {self.pilot}")
         return self
@@ -387,10 +386,19 @@ def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[
     return changed(previous, current, neutral=RESULT_NEUTRAL, defaults=dataclasses.asdict(TrainSettings()))
 
 
-def check_refine(levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int) -> None:
-    """Refuse (InputError) AIS settings that cannot run; messages name the keyword and its CLI flag."""
+def check_schedule(levels: int, power: float) -> None:
+    """Refuse (InputError) an AIS schedule b_k = (k / (K + 1))^power that cannot be built."""
     if not isinstance(levels, numbers.Integral) or levels < 0:
         raise InputError(f"levels (--refine) must be a non-negative integer, got {levels!r}")
+    if not (isinstance(power, numbers.Real) and 0.0 < power <= 10.0):
+        raise InputError(f"schedule power must be in (0, 10], got {power!r}")
+
+
+def check_refine(
+    levels: int, steps: int, leapfrog: int, resample_ess: float, independence: int, power: float = 2.0
+) -> None:
+    """Refuse (InputError) AIS settings that cannot run; messages name the keyword and its CLI flag."""
+    check_schedule(levels, power)
     if not isinstance(steps, numbers.Integral) or steps < 0:
         raise InputError(f"steps (--refine-steps) must be a non-negative integer, got {steps!r}")
     if not isinstance(leapfrog, numbers.Integral) or leapfrog < 1:

@@ -22,6 +22,7 @@ from bgp4.generator.refine import (
     schedule,
     start,
 )
+from bgp4.settings import RefineSettings
 
 LOG_Z = math.log(5.0)  # the toy target's normalizer
 MEANS = torch.tensor([[-2.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
@@ -250,6 +251,11 @@ def test_bad_settings_are_refused():
         anneal_target(target, 10, 2, resample_ess=1.5)
     with pytest.raises(InputError):
         anneal_target(target, 10, 2, independence=-1)
+    for power in (0.0, 11.0):  # the library call and the settings record refuse the same schedules
+        with pytest.raises(InputError, match="schedule power must be in"):
+            anneal_target(target, 10, 2, power=power)
+        with pytest.raises(InputError, match="schedule power must be in"):
+            RefineSettings(levels=2, power=power).validated()
 
 
 @pytest.mark.parametrize(

@@ -323,6 +323,7 @@ def test_refined_samples_are_a_variant_of_their_run_in_the_report(tmp_path):
         (["--objectives", "kl,fab", "--fab-buffer", "0"], "fab_buffer (--fab-buffer) must be in"),
         (["--refine", "-1"], "levels (--refine) must be a non-negative integer"),
         (["--refine", "5", "--refine-steps", "0", "--refine-independence", "0"], "the levels would not move"),
+        (["--preset", "huge"], "unknown preset 'huge'; choose one of quick, paper"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(data_file, tmp_path, args, message):

@@ -14,8 +14,7 @@ import typer
 from bgp4.cli._app import default_of, handles_errors
 from bgp4.cli.md import MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
-from bgp4.errors import InputError
-from bgp4.pipeline import PRESETS, run_pipeline
+from bgp4.pipeline import NO_PRESET, get_preset, preset_train_settings, run_pipeline
 from bgp4.settings import (
     SCRATCH_SETTINGS,
     RefineSettings,
@@ -183,17 +182,15 @@ def sweep(
     """
     from bgp4.sweep.runner import plan_sweep, run_sweep  # lazy: keeps the CLI's start-up free of Dask
 
-    if preset is not None and preset not in PRESETS:
-        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    chosen = PRESETS[preset] if preset else {"md": {}, "train": {}, "sample": {}}
+    chosen = get_preset(preset) if preset is not None else NO_PRESET
     config = settings.pop("config", None)
     flags = {("compile" if k == "compile_mode" else k): v for k, v in settings.items()}
     from_file = read_config_file(config) if config else {}
     base = merge_settings(TrainSettings, {**chosen["train"], **from_file}, flags)
     # a preset's per-kind sizes sit between its common settings and the user's file and flags
     by_model = {
-        m: merge_settings(TrainSettings, {**chosen["train"], **own, **from_file}, flags)
-        for m, own in chosen.get("by_model", {}).items()
+        m: merge_settings(TrainSettings, {**preset_train_settings(preset, m), **from_file}, flags)
+        for m in chosen.get("by_model", {})
     }
     n_samples = samples if samples is not None else chosen["sample"].get("n", default_of(_SAMPLE, "n"))
     plan = plan_sweep(

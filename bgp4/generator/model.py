@@ -28,6 +28,7 @@ from bgp4.flows.p4inv import P4InvLinear
 from bgp4.flows.splines import CircularShift, MaskedCoupling, wrap_angle
 from bgp4.flows.structure_fit import fit_to_structure
 from bgp4.kinds import KINDS, get_kind
+from bgp4.settings import ZMATRICES
 from bgp4.simulation.atoms import constrained_bonds
 from bgp4.simulation.molecule import DEFAULT_MOLECULE, Molecule, get_molecule, molecule_of
 from bgp4.simulation.zmatrix import with_automatic_zmatrix
@@ -61,7 +62,7 @@ def with_zmatrix(molecule: Molecule, zmatrix: str = "hand") -> Molecule:
         return molecule
     if zmatrix == "auto":
         return with_automatic_zmatrix(molecule)
-    raise InputError(f"zmatrix must be one of hand, auto, got {zmatrix!r}")
+    raise InputError(f"zmatrix must be one of {', '.join(ZMATRICES)}, got {zmatrix!r}")
 
 
 def n_parameters(module: nn.Module) -> int:

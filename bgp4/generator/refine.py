@@ -41,14 +41,13 @@ import numpy as np
 import torch
 
 from bgp4.analysis.weights import lineage_ess, reverse_ess
-from bgp4.errors import InputError
 from bgp4.generator.chains import Chains, ChainStore
 from bgp4.generator.moves import hmc_step as _hmc_step  # looked up here by run_levels (tests replace it)
 from bgp4.generator.moves import independence_step as _independence_step
 from bgp4.generator.moves import mean_rate as _mean_rate
 from bgp4.generator.moves import systematic_resample as _systematic
 from bgp4.generator.targets import Evaluation, FunctionTarget, GeneratorTarget, Target
-from bgp4.settings import check_refine
+from bgp4.settings import check_refine, check_schedule
 
 __all__ = [
     "AnnealPlan",
@@ -76,10 +75,7 @@ PILOT = 1_000
 
 def schedule(levels: int, power: float = 2.0) -> np.ndarray:
     """Inverse temperatures b_0 = 0 < b_1 < ... < b_K < b_{K+1} = 1, shape (K + 2,): b_k = (k / (K + 1))^power."""
-    if not isinstance(levels, (int, np.integer)) or levels < 0:
-        raise InputError(f"refinement levels must be a non-negative integer, got {levels!r}")
-    if not power > 0:
-        raise InputError(f"schedule power must be positive, got {power}")
+    check_schedule(levels, power)
     return (np.arange(levels + 2) / (levels + 1)) ** power
 
 
@@ -315,7 +311,7 @@ def anneal_target(
     Returns the final chains, the plan (betas, step sizes, pilot evaluations) and the raw log
     weights (n,) of the starting samples.
     """
-    check_refine(levels, steps, leapfrog, resample_ess, independence)
+    check_refine(levels, steps, leapfrog, resample_ess, independence, power)
     plan = plan_annealing(target, levels, steps, leapfrog, power, pilot, seed, independence)
     gen = torch.Generator().manual_seed(int(seed))
     z = target.sample_base(n, generator=gen) if z0 is None else z0
