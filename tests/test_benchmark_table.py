@@ -58,6 +58,25 @@ def test_a_second_sweep_of_one_molecule_names_its_objective(tmp_path):
     assert rows == ["| spline", "| spline +AIS(20)", f"| spline {fab}", f"| spline +AIS(20) {fab}"]
 
 
+def test_likelihood_sweeps_of_one_molecule_name_their_step_counts(tmp_path):
+    """Two likelihood sweeps (say on 50,000 and on 500,000 frames) give rows that say which is which."""
+    dirs = []
+    for steps in (250, 10000):
+        (tmp_path / str(steps) / "report").mkdir(parents=True)
+        (tmp_path / str(steps) / "report" / "metrics.json").write_text(json.dumps(_summary()))
+        (tmp_path / str(steps) / "sweep.json").write_text(json.dumps({"train": {"objective": "ml", "steps": steps}}))
+        dirs += ["--dipeptide", str(tmp_path / str(steps))]
+    done = subprocess.run([sys.executable, str(SCRIPT), *dirs], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if line.startswith("| spline")]
+    assert rows == [
+        "| spline (ml, 250 steps)",
+        "| spline +AIS(20) (ml, 250 steps)",
+        "| spline (ml, 10000 steps)",
+        "| spline +AIS(20) (ml, 10000 steps)",
+    ]
+
+
 def test_a_fab_sweep_after_a_fab_sweep_counts_the_energy_steps_of_the_chain(tmp_path):
     """`bgp4 sweep --init` from a FAB sweep: the label gives each stage's energy steps, first stage first."""
     first = tmp_path / "first-run"

@@ -9,12 +9,13 @@ seeds, with 95 % Student-t intervals), on the metrics `bgp4 analyze` computes th
     python run/scripts/benchmark_table.py --dipeptide SWEEP [--dipeptide SWEEP ...] [--tetrapeptide SWEEP] [--out F]
 
 SWEEP is a sweep directory or its `report/` folder; give a molecule several (for example a
-likelihood sweep and a `bgp4 sweep --init` FAB sweep after it): a row whose runs trained with an
-objective other than maximum likelihood names it, its batch and its energy steps, counted along the
-`--init` chain where the runs it started from trained with the energy too ("spline (fab, batch 2048,
-600 + 600 steps)"; FAB's batch sets its gradient noise, see run/results/benchmark-300K/). Prints
-a Markdown table; `--out` writes it too. MD frames count as evaluations, as in the table: the data file's MD steps
-(equilibration and every replica-exchange temperature included) are a column of their own.
+likelihood sweep and a `bgp4 sweep --init` FAB sweep after it). A likelihood row names its step
+count ("spline (ml, 250 steps)"). A row whose runs trained with another objective names it, its
+batch and its energy steps, counted along the `--init` chain where the runs it started from
+trained with the energy too ("spline (fab, batch 2048, 600 + 600 steps)"; FAB's batch sets its
+gradient noise, see run/results/benchmark-300K/). Prints a Markdown table; `--out` writes it too.
+MD frames count as evaluations, as in the table: the data file's MD steps (equilibration and every
+replica-exchange temperature included) are a column of their own.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def _cell(stats: dict | None, kind: str) -> str:
 def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
     """(row label, cells in COLUMNS order, seeds) for every model of a sweep report; the label is
     the model, with the sweep's objective, batch and energy steps in brackets when it is not
-    maximum likelihood."""
+    maximum likelihood, and its likelihood steps when it is."""
     train = summary.get("train", {})
     objective = str(train.get("objective") or "ml")
     trained = objective if train.get("batch") is None else f"{objective}, batch {train['batch']}"
@@ -111,7 +112,9 @@ def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
             seeds = max(seeds, (stats or {}).get("n", 0))
             cells.append(_cell(stats, kind))
         named = f"-{objective}" in model  # a sweep with objectives as an axis names them
-        label = model if objective == "ml" or named else f"{model} ({trained})"
+        label = model if named else f"{model} ({trained})"
+        if objective == "ml":  # likelihood sweeps differ by their step count (and their data)
+            label = model if train.get("steps") is None else f"{model} (ml, {train['steps']} steps)"
         rows.append((label, cells, seeds))
     return rows
 
