@@ -712,6 +712,8 @@ def test_kl_and_fab_train_from_a_finished_run_without_data_and_count_their_costs
     # the buffer is filled once (an eighth of 128 < one batch: one AIS batch), then one AIS batch per 2 steps
     ais = [r for r in records if r.get("flow_ess") is not None]
     assert [r["global_step"] for r in ais] == [2, 4] and all(r["buffer_size"] >= 64 for r in ais)
+    for key in ("ais_acceptance", "ais_independence_acceptance"):  # both kinds of move are logged
+        assert all(0.0 <= r[key] <= 1.0 for r in ais), key
     # each AIS batch: 64 samples evaluated once, then at most 2 moves of each live sample per level;
     # FAB evaluates the target in its AIS runs only, so the count is exactly theirs
     assert len(ais_evaluations) == 2 and all(64 <= n <= 64 * (1 + 2 * 2) for n in ais_evaluations)

@@ -57,8 +57,8 @@ class AISBatch:
     """One AIS run towards p^2/q, as the replay buffer stores it: y (n, dims) flow coordinates and
     logdet (n,) log|dy/dx| of the final samples, log_w (n,) their AIS log weights, log_q (n,) the
     flow's log density of them (nats), evaluations (target evaluations), and diagnostics:
-    flow_ess (reverse ESS of the starting flow samples towards p), ais_ess (of log_w) and
-    acceptance (K,) of the MALA moves."""
+    flow_ess (reverse ESS of the starting flow samples towards p), ais_ess (of log_w),
+    acceptance (K,) of the MALA moves and independence_acceptance (K,) of the independence moves."""
 
     y: torch.Tensor
     logdet: torch.Tensor
@@ -68,6 +68,7 @@ class AISBatch:
     flow_ess: float
     ais_ess: float
     acceptance: np.ndarray
+    independence_acceptance: np.ndarray
 
 
 class FabSampler:
@@ -91,8 +92,9 @@ class FabSampler:
             y, logdet = bg.flow_coordinates(bg.generate(c.z).x)
             log_q = -likelihood_loss(bg, y, logdet).double()
         log_w = torch.where(c.aux["ok"], c.log_w, torch.full_like(c.log_w, -math.inf))
+        ess = reverse_ess(log_w.cpu().numpy())
         return AISBatch(
-            y, logdet, log_w, log_q, c.n_evals, flow_ess, reverse_ess(log_w.cpu().numpy()), c.acceptance.copy()
+            y, logdet, log_w, log_q, c.n_evals, flow_ess, ess, c.acceptance.copy(), c.independence_acceptance.copy()
         )
 
     def _adapt(self, acceptance: np.ndarray) -> None:

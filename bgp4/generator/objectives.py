@@ -139,10 +139,11 @@ class FabObjective(Objective):
                     f"FAB: {runs} AIS runs left the replay buffer at {self.buffer.size} usable samples (of "
                     f"{self.buffer.min_size} needed): the flow's samples have no finite energy or density"
                 )
-        acceptance = ais.acceptance[np.isfinite(ais.acceptance)]
         info = {"flow_ess": ais.flow_ess, "ais_ess": ais.ais_ess, "buffer_size": float(self.buffer.size)}
-        if acceptance.size:
-            info["ais_acceptance"] = float(acceptance.mean())
+        rates_of = {"ais_acceptance": ais.acceptance, "ais_independence_acceptance": ais.independence_acceptance}
+        for key, rates in rates_of.items():
+            if np.isfinite(rates).any():  # mean over the levels that ran such moves
+                info[key] = float(np.nanmean(rates))
         return info, evaluations
 
     def loss(self, energy) -> Step:
