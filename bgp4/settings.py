@@ -170,6 +170,7 @@ class TrainSettings:
     fab_independence: int = 1  # FAB: independence Metropolis moves per level (before the MALA moves)
     fab_buffer: int = 50_000  # FAB: replay buffer capacity (samples)
     fab_reuse: int = 4  # FAB: gradient steps per AIS batch drawn into the buffer
+    fab_power: float = 2.0  # FAB: AIS schedule b_k = (k / (K + 1))^power; 1: evenly spaced, as fab-torch
     blocks: int = 0  # 0: the kind's default (paper kinds 25, spline kinds 6)
     hidden: int = 0  # 0: the kind's default (paper kinds 60, spline kinds 256)
     bins: int = 0  # spline bins; 0: the kind's default (8)
@@ -277,6 +278,7 @@ class TrainSettings:
             value = getattr(self, name)
             if not low <= value <= high:
                 raise InputError(f"{_named(name)} must be in {low}..{high}, got {value}")
+        check_schedule(self.fab_levels, self.fab_power, "fab_power (--fab-power)")
         if self.fab_levels and self.fab_moves + self.fab_independence < 1:
             raise InputError(
                 "fab_moves (--fab-moves) and fab_independence (--fab-independence) are both 0: the AIS levels "
@@ -386,12 +388,13 @@ def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[
     return changed(previous, current, neutral=RESULT_NEUTRAL, defaults=dataclasses.asdict(TrainSettings()))
 
 
-def check_schedule(levels: int, power: float) -> None:
-    """Refuse (InputError) an AIS schedule b_k = (k / (K + 1))^power that cannot be built."""
+def check_schedule(levels: int, power: float, power_name: str = "schedule power") -> None:
+    """Refuse (InputError) an AIS schedule b_k = (k / (K + 1))^power that cannot be built; the
+    message calls the power `power_name`."""
     if not isinstance(levels, numbers.Integral) or levels < 0:
         raise InputError(f"levels (--refine) must be a non-negative integer, got {levels!r}")
     if not (isinstance(power, numbers.Real) and 0.0 < power <= 10.0):
-        raise InputError(f"schedule power must be in (0, 10], got {power!r}")
+        raise InputError(f"{power_name} must be in (0, 10], got {power!r}")
 
 
 def check_refine(

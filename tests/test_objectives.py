@@ -170,9 +170,10 @@ def test_alpha_target_doubles_the_raw_log_weight_and_its_gradient():
     torch.testing.assert_close(raw.log_ratio, p.log_p(z) - log_q)
 
 
-def test_ais_weights_towards_p2_over_q_are_exact():
+@pytest.mark.parametrize("power", [2.0, 1.0])
+def test_ais_weights_towards_p2_over_q_are_exact(power):
     """q = N(0, I), p a two-component mixture: the mean AIS weight estimates the integral of p^2/q,
-    known in closed form; without levels each weight is exactly (p/q)^2."""
+    known in closed form, on either schedule; without levels each weight is exactly (p/q)^2."""
     bg, p = _generator(2, identity=True), Mixture([[-1.0, 0.0], [1.0, 0.0]], 0.7, [0.4, 0.6])
     exact = p.log_z2()
     plain = FabSampler(0, 0, 0).run(bg, p, 2000, torch.Generator().manual_seed(1))
@@ -181,7 +182,8 @@ def test_ais_weights_towards_p2_over_q_are_exact():
     torch.testing.assert_close(plain.log_w, 2 * (p.log_p(x) - log_q))
     torch.testing.assert_close(plain.log_q, log_q)
     assert plain.evaluations == 2000
-    sampler = FabSampler(levels=8, moves=2, independence=1)
+    sampler = FabSampler(levels=8, moves=2, independence=1, power=power)
+    np.testing.assert_allclose(sampler.betas, (np.arange(10) / 9) ** power)
     for _ in range(3):  # step sizes adapt between runs; each run's kernels are fixed: exact weights
         annealed = sampler.run(bg, p, 4000, torch.Generator().manual_seed(2))
     assert annealed.evaluations == 4000 * (1 + 8 * 3)  # every chain stays live on this target

@@ -99,6 +99,12 @@ def train(
         "--fab-reuse",
         help="fab: gradient steps (each a batch drawn from the buffer) per AIS batch added to it." + _d("fab_reuse"),
     ),
+    fab_power: Optional[float] = typer.Option(
+        None,
+        "--fab-power",
+        help="fab: AIS schedule b_k = (k / (K + 1))^power over the K levels; 1 spaces them evenly, as fab-torch."
+        + _d("fab_power"),
+    ),
     blocks: Optional[int] = typer.Option(
         None,
         help=(
@@ -279,6 +285,7 @@ def train(
         energy_weight=energy_weight,
         objective=objective,
         fab_levels=fab_levels,
+        fab_power=fab_power,
         fab_moves=fab_moves,
         fab_independence=fab_independence,
         fab_buffer=fab_buffer,

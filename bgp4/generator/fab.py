@@ -73,12 +73,12 @@ class AISBatch:
 
 class FabSampler:
     """AIS from a generator towards p^2/q with `levels` intermediate distributions (schedule
-    b_k = (k / (K + 1))^2 on the ratio 2 r), `independence` independence Metropolis and `moves`
+    b_k = (k / (K + 1))^power on the ratio 2 r), `independence` independence Metropolis and `moves`
     MALA moves per level; step sizes (K,) adapt between runs (`state_dict` keeps them)."""
 
-    def __init__(self, levels: int, moves: int, independence: int):
+    def __init__(self, levels: int, moves: int, independence: int, power: float = 2.0):
         self.levels, self.moves, self.independence = int(levels), int(moves), int(independence)
-        self.betas = schedule(self.levels)
+        self.betas = schedule(self.levels, power)
         self.step_sizes = np.full(self.levels, INITIAL_STEP)
 
     def run(self, bg, energy, n: int, generator: torch.Generator) -> AISBatch:
