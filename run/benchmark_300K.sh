@@ -16,7 +16,11 @@
 # at FAB_BATCH samples per AIS run (2048 by default: at 512 FAB plateaus, 0.35 against 0.44 at 2048
 # after 300 steps, one seed; FAB_STEPS=600 at 2048 gave 0.469 raw and 0.854 clipped after AIS(20) over 3 seeds,
 # and 600 more steps from those runs (bgp4 sweep --init) 0.555 clipped without AIS and 0.904 clipped after AIS(20)).
-#   bash run/benchmark_300K.sh [OUT] [DATA]   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 by default
+# DENSE_STEPS > 0 adds the ML rows on the dense data (run/long_runs.sh: 500,000 frames 0.1 ps apart from two
+# replica-exchange runs, ala2-300K-remd-dense-x2.h5), which do not overfit by 10,000 steps (the study's
+# value; about 35 min of training per spline run and 50 per spline-p4inv run on one core), and with FAB_STEPS
+# FAB after their spline runs too.
+#   bash run/benchmark_300K.sh [OUT] [DATA]   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 DENSE_STEPS=0
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
@@ -24,24 +28,32 @@ steps="${STEPS:-250}"
 samples="${SAMPLES:-100000}"
 fab_steps="${FAB_STEPS:-0}"
 fab_batch="${FAB_BATCH:-2048}"
+dense_steps="${DENSE_STEPS:-0}"
 [[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
+[[ $dense_steps =~ ^[0-9]+$ ]] || { echo "DENSE_STEPS must be a whole number, got '$dense_steps'" >&2; exit 2; }
 [[ $fab_batch =~ ^[1-9][0-9]*$ ]] || { echo "FAB_BATCH must be a positive whole number, got '$fab_batch'" >&2; exit 2; }
 # bgp4 sweep would simulate a missing data file with plain MD: these must be the replica-exchange files
-for molecule in ala2 ala4; do
-  [ -f "$data/$molecule-300K-remd.h5" ] || { echo "no $data/$molecule-300K-remd.h5: make it with run/long_runs.sh" >&2; exit 2; }
+sets=(ala2:ala2-300K-remd.h5:"$steps" ala4:ala4-300K-remd.h5:"$steps")
+[ "$dense_steps" -eq 0 ] || sets+=(ala2-dense:ala2-300K-remd-dense-x2.h5:"$dense_steps")
+for set in "${sets[@]}"; do
+  file="${set#*:}"; file="${file%%:*}"
+  [ -f "$data/$file" ] || { echo "no $data/$file: make it with run/long_runs.sh" >&2; exit 2; }
 done
 
-for molecule in ala2 ala4; do
-  bgp4 sweep --data "$data/$molecule-300K-remd.h5" --models spline,spline-p4inv --seeds 3 \
-    --steps "$steps" --eval-every 50 --samples "$samples" --batch 512 --augment --objective ml --energy-steps 0 \
-    --refine 20 --refine-steps 0 --out "$out/$molecule" --quiet
+dipeptide=()
+for set in "${sets[@]}"; do
+  IFS=: read -r name file n <<< "$set"
+  bgp4 sweep --data "$data/$file" --models spline,spline-p4inv --seeds 3 \
+    --steps "$n" --eval-every "$(( n < 5000 ? 50 : 500 ))" --samples "$samples" --batch 512 --augment --objective ml \
+    --energy-steps 0 --refine 20 --refine-steps 0 --out "$out/$name" --quiet
+  [ "$name" = ala4 ] && continue
+  dipeptide+=(--dipeptide "$out/$name")
+  if [ "$fab_steps" -gt 0 ]; then
+    # FAB after each likelihood run of the spline kind (sweep --init), raw and refined like the ML rows
+    bgp4 sweep --init "$out/$name" --data "$data/$file" --models spline --seeds 3 --steps 0 \
+      --objective fab --energy-steps "$fab_steps" --eval-every 100 --samples "$samples" --batch "$fab_batch" --augment \
+      --refine 20 --refine-steps 0 --out "$out/$name-fab$fab_batch" --quiet
+    dipeptide+=(--dipeptide "$out/$name-fab$fab_batch")
+  fi
 done
-fab=()
-if [ "$fab_steps" -gt 0 ]; then
-  # FAB after each likelihood run of the spline kind (sweep --init), raw and refined like the ML rows
-  bgp4 sweep --init "$out/ala2" --data "$data/ala2-300K-remd.h5" --models spline --seeds 3 --steps 0 \
-    --objective fab --energy-steps "$fab_steps" --eval-every 100 --samples "$samples" --batch "$fab_batch" --augment \
-    --refine 20 --refine-steps 0 --out "$out/ala2-fab$fab_batch" --quiet
-  fab=(--dipeptide "$out/ala2-fab$fab_batch")
-fi
-python run/scripts/benchmark_table.py --dipeptide "$out/ala2" ${fab[@]+"${fab[@]}"} --tetrapeptide "$out/ala4" --out "$out/table.md"
+python run/scripts/benchmark_table.py "${dipeptide[@]}" --tetrapeptide "$out/ala4" --out "$out/table.md"

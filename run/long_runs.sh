@@ -33,6 +33,18 @@ mkdir -p "$out"
 bgp4 simulate --out "$out/ala2-300K-remd.h5" --temperature 300 --constraints none \
   --replica-exchange 300:600:4 --frames 50000 --save-every 500 --equilibration-ps 100 --seed 0 --quiet
 
+# Issue 27, the dense data behind the 10,000-step ML rows: the same replica exchange keeping a frame
+# every 0.1 ps (100-step iterations; --velocity-refresh exchange redraws the velocities of exchanged
+# walkers only, so short iterations leave the 300 K distribution alone). 250,000 frames (25 ns at
+# 300 K, 100.4 ns of MD) per seed, about 1.8 h on one core each; the two seeds merged: 500,000 frames.
+for seed in 4 5; do
+  bgp4 simulate --out "$out/ala2-300K-remd-dense-s$seed.h5" --temperature 300 --constraints none \
+    --replica-exchange 300:600:4 --frames 250000 --save-every 100 --equilibration-ps 100 --seed "$seed" \
+    --velocity-refresh exchange --quiet
+done
+[ -f "$out/ala2-300K-remd-dense-x2.h5" ] || python "$(dirname "$0")/scripts/merge_data.py" \
+  "$out/ala2-300K-remd-dense-x2.h5" "$out/ala2-300K-remd-dense-s4.h5" "$out/ala2-300K-remd-dense-s5.h5"
+
 # Issue 27: alanine tetrapeptide at 300 K without constraints (120 flow dims), replica exchange over
 # 6 temperatures from 300 to 600 K, 25 ns kept at 300 K (150.6 ns of MD). About 5 h on one core
 # (measured: about 6 min per 1,000 iterations on a quiet core; run/results/benchmark-300K/).
