@@ -278,7 +278,7 @@ class TrainSettings:
             value = getattr(self, name)
             if not low <= value <= high:
                 raise InputError(f"{_named(name)} must be in {low}..{high}, got {value}")
-        check_schedule(self.fab_levels, self.fab_power, "fab_power (--fab-power)")
+        check_schedule(self.fab_levels, self.fab_power, "fab_power (--fab-power)", "fab_levels (--fab-levels)")
         if self.fab_levels and self.fab_moves + self.fab_independence < 1:
             raise InputError(
                 "fab_moves (--fab-moves) and fab_independence (--fab-independence) are both 0: the AIS levels "
@@ -388,11 +388,13 @@ def changed_settings(previous: dict[str, Any], current: dict[str, Any]) -> list[
     return changed(previous, current, neutral=RESULT_NEUTRAL, defaults=dataclasses.asdict(TrainSettings()))
 
 
-def check_schedule(levels: int, power: float, power_name: str = "schedule power") -> None:
+def check_schedule(
+    levels: int, power: float, power_name: str = "schedule power", levels_name: str = "levels (--refine)"
+) -> None:
     """Refuse (InputError) an AIS schedule b_k = (k / (K + 1))^power that cannot be built; the
-    message calls the power `power_name`."""
+    messages call the settings `levels_name` and `power_name`."""
     if not isinstance(levels, numbers.Integral) or levels < 0:
-        raise InputError(f"levels (--refine) must be a non-negative integer, got {levels!r}")
+        raise InputError(f"{levels_name} must be a non-negative integer, got {levels!r}")
     if not (isinstance(power, numbers.Real) and 0.0 < power <= 10.0):
         raise InputError(f"{power_name} must be in (0, 10], got {power!r}")
 

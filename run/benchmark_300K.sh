@@ -29,6 +29,7 @@ samples="${SAMPLES:-100000}"
 fab_steps="${FAB_STEPS:-0}"
 fab_batch="${FAB_BATCH:-2048}"
 dense_steps="${DENSE_STEPS:-0}"
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "STEPS must be a positive whole number, got '$steps'" >&2; exit 2; }
 [[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
 [[ $dense_steps =~ ^[0-9]+$ ]] || { echo "DENSE_STEPS must be a whole number, got '$dense_steps'" >&2; exit 2; }
 [[ $fab_batch =~ ^[1-9][0-9]*$ ]] || { echo "FAB_BATCH must be a positive whole number, got '$fab_batch'" >&2; exit 2; }

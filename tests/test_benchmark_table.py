@@ -94,6 +94,41 @@ def test_a_fab_sweep_after_a_fab_sweep_counts_the_energy_steps_of_the_chain(tmp_
     assert "| spline (fab, batch 2048, 600 + 400 steps) | 3 |" in done.stdout
 
 
+def test_a_fab_sweep_names_the_likelihood_steps_it_started_from(tmp_path):
+    """FAB after a 250-step and after a 10,000-step likelihood sweep: the rows say which."""
+    dirs = []
+    for ml_steps in (250, 10000):
+        ml_run = tmp_path / f"ml{ml_steps}" / "runs" / "spline-s0"
+        ml_run.mkdir(parents=True)
+        (ml_run / "settings.json").write_text(json.dumps({"objective": "ml", "steps": ml_steps, "energy_steps": 0}))
+        fab = tmp_path / f"fab{ml_steps}"
+        (fab / "report").mkdir(parents=True)
+        (fab / "report" / "metrics.json").write_text(json.dumps(_summary()))
+        train = {"objective": "fab", "batch": 2048, "energy_steps": 600}
+        (fab / "sweep.json").write_text(json.dumps({"train": train, "runs": {"spline-s0": {"init": str(ml_run)}}}))
+        dirs += ["--dipeptide", str(fab)]
+    done = subprocess.run([sys.executable, str(SCRIPT), *dirs], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "| spline (fab, batch 2048, 600 steps, after 250 ml steps) | 3 |" in done.stdout
+    assert "| spline (fab, batch 2048, 600 steps, after 10000 ml steps) | 3 |" in done.stdout
+
+
+def test_a_sweep_with_objectives_as_an_axis_keeps_its_model_names(tmp_path):
+    summary = _summary()
+    summary["models"] = ["spline-ml", "spline-fab"]
+    for metric in summary["metrics"].values():
+        metric["models"] = {"spline-ml": metric["models"]["spline"], "spline-fab": metric["models"]["spline"]}
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "metrics.json").write_text(json.dumps(summary))
+    (tmp_path / "sweep.json").write_text(json.dumps({"train": {"steps": 250, "batch": 512}}))  # no one objective
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dipeptide", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ")[0] for line in done.stdout.splitlines() if line.startswith("| spline")]
+    assert rows == ["| spline-ml", "| spline-fab"]
+
+
 def test_no_sweep_is_an_error(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPT), "--dipeptide", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode != 0 and "no sweep report" in done.stderr

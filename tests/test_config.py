@@ -107,9 +107,10 @@ def test_zmatrix_comes_from_the_file_and_is_validated(tmp_path):
 
 def test_objective_settings_come_from_a_file_too(tmp_path):
     path = tmp_path / "fab.toml"
-    path.write_text('objective = "fab"\nfab-levels = 4\nfab_buffer = 2e4\nfab-reuse = 8\nsteps = 0\n')
+    path.write_text('objective = "fab"\nfab-levels = 4\nfab_buffer = 2e4\nfab-reuse = 8\nfab-power = 1\nsteps = 0\n')
     s = merge_settings(TrainSettings, read_config_file(path), {"fab_moves": 2}).validated()
     assert (s.objective, s.fab_levels, s.fab_moves, s.fab_buffer, s.fab_reuse) == ("fab", 4, 2, 20_000, 8)
+    assert s.fab_power == 1.0 and isinstance(s.fab_power, float)
     assert isinstance(s.fab_buffer, int) and s.energy_lr == 1e-4
     path.write_text("fab-levels = 2.5\n")
     with pytest.raises(InputError, match="fab_levels"):

@@ -208,6 +208,13 @@ def test_ais_towards_p2_over_q_is_exact_through_a_flow_and_transform_with_jacobi
     torch.testing.assert_close(batch.log_q, _log_q_without_log_dets(bg, x), atol=2e-3, rtol=0.0)
 
 
+def test_the_fab_objective_runs_its_ais_on_the_settings_schedule():
+    bg = _generator(2, identity=True)
+    for power in (2.0, 1.0):
+        objective = FabObjective(bg, _fab_settings(fab_power=power), lambda y, ld: likelihood_loss(bg, y, ld), 0)
+        np.testing.assert_allclose(objective.sampler.betas, (np.arange(6) / 5) ** power)
+
+
 def test_sampler_state_dict_is_a_copy_that_later_runs_leave_alone():
     bg, p = _generator(2, identity=True), Mixture([[-1.0, 0.0], [1.0, 0.0]], 0.7)
     sampler = FabSampler(levels=3, moves=1, independence=0)

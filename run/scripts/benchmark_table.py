@@ -12,7 +12,8 @@ SWEEP is a sweep directory or its `report/` folder; give a molecule several (for
 likelihood sweep and a `bgp4 sweep --init` FAB sweep after it). A likelihood row names its step
 count ("spline (ml, 250 steps)"). A row whose runs trained with another objective names it, its
 batch and its energy steps, counted along the `--init` chain where the runs it started from
-trained with the energy too ("spline (fab, batch 2048, 600 + 600 steps)"; FAB's batch sets its
+trained with the energy too, and the likelihood steps of the run the chain starts from ("spline
+(fab, batch 2048, 600 + 600 steps, after 250 ml steps)"; FAB's batch sets its
 gradient noise, see run/results/benchmark-300K/). Prints a Markdown table; `--out` writes it too.
 MD frames count as evaluations, as in the table: the data file's MD steps (equilibration and every
 replica-exchange temperature included) are a column of their own.
@@ -49,16 +50,17 @@ COLUMNS = (
 )
 
 
-def _energy_steps(init: str | None, steps: list[int]) -> list[int]:
+def _chain(init: str | None, steps: list[int]) -> tuple[list[int], int | None]:
     """`steps` preceded by the energy steps of the runs an `--init` chain started from (while they
-    trained with the energy and their settings.json can be read)."""
+    trained with the energy and their settings.json can be read), and the likelihood steps of the
+    run the chain starts from (None where its settings.json cannot be read)."""
     settings = Path(init) / "settings.json" if init else None
     if settings is None or not settings.is_file():
-        return steps
+        return steps, None
     run = json.loads(settings.read_text())
     if run.get("objective", "ml") in ("ml", "mixed") or not run.get("energy_steps"):
-        return steps
-    return _energy_steps(run.get("init"), [int(run["energy_steps"]), *steps])
+        return steps, run.get("steps")
+    return _chain(run.get("init"), [int(run["energy_steps"]), *steps])
 
 
 def _train(report: Path) -> dict:
@@ -70,7 +72,7 @@ def _train(report: Path) -> dict:
             train = dict(sweep.get("train", {}))
             init = next(iter(sweep.get("runs", {}).values()), {}).get("init")
             if train.get("energy_steps"):
-                train["energy_steps_chain"] = _energy_steps(init, [int(train["energy_steps"])])
+                train["energy_steps_chain"], train["ml_steps"] = _chain(init, [int(train["energy_steps"])])
             return train
     return {}
 
@@ -104,6 +106,8 @@ def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
     trained = objective if train.get("batch") is None else f"{objective}, batch {train['batch']}"
     if train.get("energy_steps_chain"):
         trained += ", " + " + ".join(str(n) for n in train["energy_steps_chain"]) + " steps"
+    if train.get("ml_steps") is not None:  # FAB after 250 or after 10,000 likelihood steps read apart
+        trained += f", after {train['ml_steps']} ml steps"
     rows = []
     for model in summary["models"]:
         cells, seeds = [], 0
@@ -111,10 +115,12 @@ def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
             stats = summary["metrics"].get(key, {}).get("models", {}).get(model)
             seeds = max(seeds, (stats or {}).get("n", 0))
             cells.append(_cell(stats, kind))
-        named = f"-{objective}" in model  # a sweep with objectives as an axis names them
-        label = model if named else f"{model} ({trained})"
-        if objective == "ml":  # likelihood sweeps differ by their step count (and their data)
+        if "objective" not in train or f"-{objective}" in model:  # unknown, or an objectives axis names them
+            label = model
+        elif objective == "ml":  # likelihood sweeps differ by their step count (and their data)
             label = model if train.get("steps") is None else f"{model} (ml, {train['steps']} steps)"
+        else:
+            label = f"{model} ({trained})"
         rows.append((label, cells, seeds))
     return rows
 
