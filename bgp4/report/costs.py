@@ -138,7 +138,11 @@ def md_energy_evaluations(data_settings: dict[str, Any], n_frames: int) -> int |
     counts MD: its `n_frames` frames times `md_steps_per_frame`, plus the equilibration of every
     replica (plain MD: `equilibration_ps` / `timestep_fs` steps each) or every walker (replica
     exchange: that many, rounded to whole iterations, as `bgp4.simulation.remd` runs it). Energy
-    minimization is not counted. None where the data records no `save_every` or `timestep_fs`."""
+    minimization is not counted. A merged file (`merged_from`, run/scripts/merge_data.py) counts the
+    sum its sources record. None where the data records no `save_every` or `timestep_fs`."""
+    if "merged_from" in data_settings:
+        counts = [source.get("md_energy_evaluations") for source in data_settings["merged_from"]]
+        return None if None in counts else int(sum(counts))
     per_frame, timestep = md_steps_per_frame(data_settings), data_settings.get("timestep_fs")
     if per_frame is None or not timestep:
         return None

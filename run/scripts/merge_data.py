@@ -5,9 +5,10 @@
 Used to ask whether more frames lift a generator trained by maximum likelihood, e.g. the 300 K
 replica-exchange data of alanine dipeptide plus plain 300 K MD of it (run/results/benchmark-300K).
 Frames are concatenated in the order given; the merged file is a plain bgp4 data file whose
-settings are the first file's, with `merged_from` (each input's path, frames and method) added and
-the per-frame MD cost keys removed (`save_every`, `temperatures`, ...): one frame of a merged file
-has no single cost in energy evaluations, so `bgp4 analyze` reports none rather than a wrong one.
+settings are the first file's, with `merged_from` (each input's path, frames, method and MD energy
+evaluations) added and the per-frame MD cost keys removed (`save_every`, `temperatures`, ...): one
+frame of a merged file has no single cost in energy evaluations, so `bgp4 analyze` reports none
+for the frames a run drew rather than a wrong one, and the whole file's MD as the sum of its sources'.
 
 A merged file is not an equilibrium sample where its inputs sample different distributions (plain
 MD that has not crossed a barrier weights that basin low): train on it, and analyze against an
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bgp4.report.costs import md_energy_evaluations
 from bgp4.simulation.data import load_trajectory, write_trajectory
 from bgp4.simulation.molecule import check_same_molecule
 
@@ -52,7 +54,13 @@ def merged_settings(settings: list[dict], paths: list[Path], frames: list[int]) 
     out["method"] = "merged"
     out["frames"] = int(sum(frames))
     out["merged_from"] = [
-        {"path": str(p), "frames": int(n), "method": s.get("method", "md"), "ladder": s.get("replica_exchange", "")}
+        {
+            "path": str(p),
+            "frames": int(n),
+            "method": s.get("method", "md"),
+            "ladder": s.get("replica_exchange", ""),
+            "md_energy_evaluations": md_energy_evaluations(s, n),
+        }
         for p, n, s in zip(paths, frames, settings, strict=True)
     ]
     return out
