@@ -1,11 +1,13 @@
-"""Where the numbers run: the OpenMM platform for a small molecule, and the torch device.
+"""Where the numbers run: the OpenMM platform for a molecule's size, and the torch device.
 
 For 22 atoms the Reference platform (plain double precision, no thread pool) is the fastest
 on CPU: about 15,000 steps/s per core here against 500-4,000 for the CPU platform, whose
 worker thread is slow to wake on these virtual machines. A GPU context is dominated by
-launch latency at this size, so `auto` picks Reference unless asked otherwise. Reference grows
-with the square of the atom count: above about 150 atoms the CPU platform steps faster
-(`run/bench/bench_platform_size.py`; docs/guide/simulate.md, "Platforms").
+launch latency at this size. Reference grows with the square of the atom count: above about
+150 atoms the CPU platform (one thread) steps faster (`run/bench/bench_platform_size.py`;
+docs/guide/simulate.md, "Platforms"). So `auto` is Reference up to `AUTO_CPU_ATOMS` atoms and
+CPU above: chosen by the molecule alone, never by the machine, so that one command gives the
+same numbers everywhere (both platforms ship with every OpenMM build).
 """
 
 from __future__ import annotations
@@ -19,23 +21,35 @@ from bgp4.errors import InputError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PLATFORM_CHOICES", "available_platforms", "get_platform", "resolve_device", "resolve_platform"]
+__all__ = [
+    "AUTO_CPU_ATOMS",
+    "PLATFORM_CHOICES",
+    "available_platforms",
+    "get_platform",
+    "resolve_device",
+    "resolve_platform",
+]
 
 PLATFORM_CHOICES = ("auto", "Reference", "CPU", "CUDA", "OpenCL")
+AUTO_CPU_ATOMS = 150  # `auto` is CPU above this many atoms: where it overtakes Reference on one core
 
 
 def available_platforms() -> list[str]:
     return [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
 
 
-def resolve_platform(name: str = "auto") -> str:
-    """Canonical platform name for `name` (case-insensitive); raises InputError if unknown or absent."""
+def resolve_platform(name: str = "auto", n_atoms: int | None = None) -> str:
+    """Canonical platform name for `name` (case-insensitive); raises InputError if unknown or absent.
+
+    `auto` is Reference for a system of up to `AUTO_CPU_ATOMS` atoms (or when `n_atoms` is not
+    given) and CPU above.
+    """
     lookup = {p.lower(): p for p in PLATFORM_CHOICES}
     canonical = lookup.get(str(name).lower())
     if canonical is None:
         raise InputError(f"unknown platform {name!r}; choose one of {', '.join(PLATFORM_CHOICES)}")
     if canonical == "auto":
-        return "Reference"
+        return "CPU" if n_atoms is not None and n_atoms > AUTO_CPU_ATOMS else "Reference"
     if canonical not in available_platforms():
         raise InputError(
             f"OpenMM platform {canonical!r} is not available here (have: {', '.join(available_platforms())})"
@@ -43,9 +57,10 @@ def resolve_platform(name: str = "auto") -> str:
     return canonical
 
 
-def get_platform(name: str = "auto") -> tuple[openmm.Platform, dict[str, str]]:
-    """The OpenMM platform object and its properties (one thread for CPU: one context per core)."""
-    canonical = resolve_platform(name)
+def get_platform(name: str = "auto", n_atoms: int | None = None) -> tuple[openmm.Platform, dict[str, str]]:
+    """The OpenMM platform object and its properties (one thread for CPU: one context per core);
+    `n_atoms` as for `resolve_platform`."""
+    canonical = resolve_platform(name, n_atoms)
     props = {"Threads": "1"} if canonical == "CPU" else {}
     return openmm.Platform.getPlatformByName(canonical), props
 

@@ -299,3 +299,23 @@ def test_partial_run_keeps_its_replica_count_when_replicas_are_automatic(tmp_pat
     assert resumed.replicas == 3 and resumed.seeds() == started.seeds()
     with pytest.raises(InputError, match=r"other settings \(replicas\)"):
         _prepare(out, MDSettings(frames=10, replicas=2).resolved(), overwrite=False, auto_replicas=False)
+
+
+def test_auto_platform_goes_by_atom_count(monkeypatch):
+    from bgp4.platform import AUTO_CPU_ATOMS, resolve_platform
+    from bgp4.simulation.energy import OpenMMEnergy
+
+    assert resolve_platform("auto") == resolve_platform("AUTO", AUTO_CPU_ATOMS) == "Reference"
+    assert resolve_platform("auto", AUTO_CPU_ATOMS + 1) == "CPU"
+    assert resolve_platform("reference", 10_000) == "Reference"  # a named platform is never overridden
+    assert MDSettings().resolved().platform == "Reference"  # alanine dipeptide, 22 atoms
+    big = type("Big", (), {"n_atoms": AUTO_CPU_ATOMS + 62})()
+    monkeypatch.setattr(MDSettings, "molecule_object", lambda self: big)
+    assert MDSettings().resolved().platform == "CPU"
+    assert MDSettings(platform="Reference").resolved().platform == "Reference"
+    system = openmm.System()
+    for _ in range(AUTO_CPU_ATOMS + 1):
+        system.addParticle(1.0)
+    with OpenMMEnergy(system, 300.0, n_workers=1) as energy:  # the bridge chooses by the same rule
+        assert energy.platform == "CPU"
+        assert energy.energies_kjmol(np.zeros((1, AUTO_CPU_ATOMS + 1, 3))).tolist() == [0.0]

@@ -76,7 +76,7 @@ def simulate(
     seed: int = typer.Option(default_of(_MD, "seed"), help="Random seed; each replica derives its own from it."),
     platform: str = typer.Option(
         default_of(_MD, "platform"),
-        help="OpenMM platform: auto|Reference|CPU|CUDA|OpenCL (auto: Reference, the fastest for a small molecule).",
+        help="OpenMM platform: auto|Reference|CPU|CUDA|OpenCL (auto: Reference up to 150 atoms, CPU above).",
     ),
     molecule: str = typer.Option(
         default_of(_MD, "molecule"),

@@ -93,7 +93,8 @@ class OpenMMEnergy:
         system: an `openmm.System` or its XML serialization.
         temperature: in K; energies are reduced by kT = k_B T (kJ/mol).
         n_workers: worker processes (default `os.cpu_count()`); always 1 on CUDA/OpenCL.
-        platform: OpenMM platform name as for `bgp4.platform.get_platform` ("auto" -> Reference).
+        platform: OpenMM platform name as for `bgp4.platform.get_platform` ("auto": Reference, or
+            CPU above `bgp4.platform.AUTO_CPU_ATOMS` atoms).
 
     Method names (table in the module docstring): plural `energies...` names take and return numpy arrays, the
     `..._kjmol` ones in kJ/mol and `reduced_...` ones in kT; singular `..._energy` names take and
@@ -117,7 +118,7 @@ class OpenMMEnergy:
         temperature = float(temperature)
         if not (np.isfinite(temperature) and temperature > 0):
             raise InputError(f"temperature must be a positive number of K, got {temperature}")
-        platform_obj, props = get_platform(platform)
+        platform_obj, props = get_platform(platform, system.getNumParticles())
         self.platform = platform_obj.getName()
         if self.platform in _GPU_PLATFORMS:
             n_workers = 1  # one context owns the device; more would only contend for it

@@ -21,7 +21,7 @@ import os
 import select
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,8 +84,6 @@ class MDSettings:
 
     def resolved(self) -> MDSettings:
         """Validated copy with `replicas` and `platform` made concrete; raises InputError."""
-        from bgp4.platform import resolve_platform
-
         if self.frames < 1:
             raise InputError(f"frames (--frames) must be at least 1, got {self.frames}")
         if not self.temperature > 0:
@@ -127,13 +125,21 @@ class MDSettings:
         values = asdict(self) | {
             "replicas": replicas,
             "replica_exchange": ladder,
-            "platform": resolve_platform(self.platform),
             "molecule": molecule,
             "pdb": pdb,
             "timestep_fs": float(timestep),
             **{k: getattr(spec, k) for k in ("forcefield", "solvent", "constraints")},
         }
-        return MDSettings(**values)
+        draft = MDSettings(**values)
+        return replace(draft, platform=draft.concrete_platform())
+
+    def concrete_platform(self) -> str:
+        """The platform name `resolve_platform` gives; `auto` goes by the molecule's atom count,
+        so only then is the molecule built (once: it is cached)."""
+        from bgp4.platform import resolve_platform
+
+        auto = str(self.platform).lower() == "auto"
+        return resolve_platform(self.platform, self.molecule_object().n_atoms if auto else None)
 
     def spec(self) -> SystemSpec:
         """The force field, solvent and constraints of the system to simulate."""
