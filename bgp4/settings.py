@@ -166,7 +166,8 @@ class TrainSettings:
     energy_weight: float = 0.05  # w_e / w_l (mixed)
     objective: str = DEFAULT_OBJECTIVE  # ml | mixed | kl | fab: what the energy phase trains (OBJECTIVES)
     fab_levels: int = 8  # FAB: intermediate distributions of each AIS run towards p^2/q
-    fab_moves: int = 1  # FAB: MALA moves per level
+    fab_moves: int = 1  # FAB: HMC moves per level (MALA with fab_leapfrog 1)
+    fab_leapfrog: int = 1  # FAB: leapfrog steps per HMC move; 1: MALA (fab-torch's HMC takes several)
     fab_independence: int = 1  # FAB: independence Metropolis moves per level (before the MALA moves)
     fab_buffer: int = 50_000  # FAB: replay buffer capacity (samples)
     fab_reuse: int = 4  # FAB: gradient steps per AIS batch drawn into the buffer
@@ -320,6 +321,7 @@ class TrainSettings:
 _FAB_RANGES = (
     ("fab_levels", 0, 1_000),
     ("fab_moves", 0, 100),
+    ("fab_leapfrog", 1, 100),
     ("fab_independence", 0, 100),
     ("fab_buffer", 1, 10_000_000),
     ("fab_reuse", 1, 1_000),

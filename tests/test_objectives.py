@@ -215,6 +215,20 @@ def test_the_fab_objective_runs_its_ais_on_the_settings_schedule():
         np.testing.assert_allclose(objective.sampler.betas, (np.arange(6) / 5) ** power)
 
 
+def test_fab_hmc_moves_take_the_settings_leapfrog_steps_and_stay_exact():
+    """HMC moves of 3 leapfrog steps: 3 evaluations a move, and the AIS estimate of the integral
+    of p^2/q still contains its grid value."""
+    bg, p = _random_generator(), Mixture([[-1.0, 0.0], [1.0, 0.0]], 0.7, [0.4, 0.6])
+    objective = FabObjective(bg, _fab_settings(fab_leapfrog=3), lambda y, ld: likelihood_loss(bg, y, ld), 0)
+    assert objective.sampler.leapfrog == 3
+    sampler = FabSampler(levels=6, moves=1, independence=1, leapfrog=3)
+    for _ in range(3):
+        batch = sampler.run(bg, p, 4000, torch.Generator().manual_seed(5))
+    assert batch.evaluations == 4000 * (1 + 6 * (1 + 3))  # the start, then per level one independence + 3 steps
+    lo, hi = _bootstrap_log_mean(batch.log_w.numpy())
+    assert lo <= _grid_log_z2(bg, p) <= hi and hi - lo < 0.2
+
+
 def test_sampler_state_dict_is_a_copy_that_later_runs_leave_alone():
     bg, p = _generator(2, identity=True), Mixture([[-1.0, 0.0], [1.0, 0.0]], 0.7)
     sampler = FabSampler(levels=3, moves=1, independence=0)

@@ -782,6 +782,7 @@ def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
         (["--data", str(md_file), "--objective", "fab", "--fab-levels", "-1"], "fab_levels (--fab-levels) must be in"),
         (["--data", str(md_file), "--objective", "fab", "--fab-reuse", "0"], "fab_reuse (--fab-reuse) must be in"),
         (["--data", str(md_file), "--objective", "fab", "--fab-power", "0"], "fab_power (--fab-power) must be in"),
+        (["--data", str(md_file), "--objective", "fab", "--fab-leapfrog", "0"], "fab_leapfrog (--fab-leapfrog) must"),
         (["--data", str(md_file), "--objective", "fab", *tiny, "--fab-buffer", "10"], "holds less than one batch"),
         (["--data", str(md_file), "--objective", "fab", "--fab-moves", "0", "--fab-independence", "0"], "not move"),
         (["--data", str(md_file), "--objective", "kl", "--energy-lr", "-1"], "energy_lr (--energy-lr)"),

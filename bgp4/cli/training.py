@@ -81,13 +81,19 @@ def train(
         + _d("fab_levels"),
     ),
     fab_moves: Optional[int] = typer.Option(
-        None, "--fab-moves", help="fab: MALA moves per AIS level (energy and forces)." + _d("fab_moves")
+        None, "--fab-moves", help="fab: HMC moves per AIS level (MALA with --fab-leapfrog 1)." + _d("fab_moves")
     ),
     fab_independence: Optional[int] = typer.Option(
         None,
         "--fab-independence",
         help="fab: independence Metropolis moves per AIS level (fresh flow samples), before the MALA moves."
         + _d("fab_independence"),
+    ),
+    fab_leapfrog: Optional[int] = typer.Option(
+        None,
+        "--fab-leapfrog",
+        help="fab: leapfrog steps per HMC move of --fab-moves, one evaluation each; 1 is MALA (fab-torch's HMC "
+        "takes several)." + _d("fab_leapfrog"),
     ),
     fab_buffer: Optional[int] = typer.Option(
         None,
@@ -287,6 +293,7 @@ def train(
         fab_levels=fab_levels,
         fab_power=fab_power,
         fab_moves=fab_moves,
+        fab_leapfrog=fab_leapfrog,
         fab_independence=fab_independence,
         fab_buffer=fab_buffer,
         fab_reuse=fab_reuse,

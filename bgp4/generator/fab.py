@@ -3,11 +3,11 @@
 In the generator's latent space, with x = f(z) and r(z) = log p(x) - log q(x) the raw log weight
 (`bgp4.generator.targets`), the density of p^alpha q^(1 - alpha) pulled back to z is
 N(z) exp(alpha r(z)): AIS towards p^2/q is `bgp4.generator.refine`'s AIS on the ratio 2 r, with
-its moves (independence Metropolis and MALA) and schedule. Its final log weights estimate
+its moves (independence Metropolis and HMC, MALA by default) and schedule. Its final log weights estimate
 log (p^2/q)(x) - log q(x) up to a constant; minimizing the alpha = 2 divergence D_2(p || q) needs
 samples from p^2/q, which over-weights exactly where q is too small (mass covering).
 
-The MALA step size of each level adapts between AIS runs (towards 65 % acceptance) from the
+The HMC step size of each level adapts between AIS runs (towards 65 % acceptance) from the
 acceptance of the last run; within a run the kernels are fixed, so its weights are exact.
 """
 
@@ -74,10 +74,12 @@ class AISBatch:
 class FabSampler:
     """AIS from a generator towards p^2/q with `levels` intermediate distributions (schedule
     b_k = (k / (K + 1))^power on the ratio 2 r), `independence` independence Metropolis and `moves`
-    MALA moves per level; step sizes (K,) adapt between runs (`state_dict` keeps them)."""
+    HMC moves of `leapfrog` steps per level (1: MALA; each step one evaluation); step sizes (K,)
+    adapt between runs (`state_dict` keeps them)."""
 
-    def __init__(self, levels: int, moves: int, independence: int, power: float = 2.0):
+    def __init__(self, levels: int, moves: int, independence: int, power: float = 2.0, leapfrog: int = 1):
         self.levels, self.moves, self.independence = int(levels), int(moves), int(independence)
+        self.leapfrog = int(leapfrog)
         self.betas = schedule(self.levels, power)
         self.step_sizes = np.full(self.levels, INITIAL_STEP)
 
@@ -86,7 +88,9 @@ class FabSampler:
         target = AlphaTarget(GeneratorTarget(bg, energy))
         c = start(target, target.sample_base(n, generator=generator), self.levels, self.moves)
         flow_ess = reverse_ess(c.aux["r"].cpu().numpy())
-        run_levels(target, c, self.betas, self.step_sizes, self.moves, 1, generator, independence=self.independence)
+        run_levels(
+            target, c, self.betas, self.step_sizes, self.moves, self.leapfrog, generator, independence=self.independence
+        )
         self._adapt(c.acceptance)
         with torch.no_grad():
             y, logdet = bg.flow_coordinates(bg.generate(c.z).x)

@@ -119,7 +119,7 @@ class FabObjective(Objective):
     def __init__(self, bg: BoltzmannGenerator, settings: TrainSettings, nll: BatchNLL, seed: int):
         s = settings
         self.bg, self.batch, self.reuse, self.nll = bg, s.batch, s.fab_reuse, nll
-        self.sampler = FabSampler(s.fab_levels, s.fab_moves, s.fab_independence, s.fab_power)
+        self.sampler = FabSampler(s.fab_levels, s.fab_moves, s.fab_independence, s.fab_power, s.fab_leapfrog)
         self.buffer = ReplayBuffer(s.fab_buffer, bg.n_dims, fab_min_buffer(s.fab_buffer, s.batch), bg.device)
         self.ais_gen = torch.Generator().manual_seed(seed + 3)  # CPU: the AIS moves draw on the CPU
         self.draw_gen = torch.Generator().manual_seed(seed + 4)
