@@ -168,7 +168,7 @@ class TrainSettings:
     fab_levels: int = 8  # FAB: intermediate distributions of each AIS run towards p^2/q
     fab_moves: int = 1  # FAB: HMC moves per level (MALA with fab_leapfrog 1)
     fab_leapfrog: int = 1  # FAB: leapfrog steps per HMC move; 1: MALA (fab-torch's HMC takes several)
-    fab_independence: int = 1  # FAB: independence Metropolis moves per level (before the MALA moves)
+    fab_independence: int = 1  # FAB: independence Metropolis moves per level (before the HMC moves)
     fab_buffer: int = 50_000  # FAB: replay buffer capacity (samples)
     fab_reuse: int = 4  # FAB: gradient steps per AIS batch drawn into the buffer
     fab_power: float = 2.0  # FAB: AIS schedule b_k = (k / (K + 1))^power; 1: evenly spaced, as fab-torch

@@ -295,10 +295,10 @@ def test_partial_run_keeps_its_replica_count_when_replicas_are_automatic(tmp_pat
     work.mkdir()
     started = MDSettings(frames=10, replicas=3).resolved()  # begun on a machine with 3 cores
     (work / "settings.json").write_text(json.dumps(_settings_record(started)))
-    _, resumed = _prepare(out, MDSettings(frames=10, replicas=0).resolved(), overwrite=False, auto_replicas=True)
+    _, resumed = _prepare(out, MDSettings(frames=10, replicas=0).resolved(), overwrite=False, left=("replicas",))
     assert resumed.replicas == 3 and resumed.seeds() == started.seeds()
     with pytest.raises(InputError, match=r"other settings \(replicas\)"):
-        _prepare(out, MDSettings(frames=10, replicas=2).resolved(), overwrite=False, auto_replicas=False)
+        _prepare(out, MDSettings(frames=10, replicas=2).resolved(), overwrite=False, left=())
 
 
 def test_auto_platform_goes_by_atom_count(monkeypatch):
@@ -309,8 +309,10 @@ def test_auto_platform_goes_by_atom_count(monkeypatch):
     assert resolve_platform("auto", AUTO_CPU_ATOMS + 1) == "CPU"
     assert resolve_platform("reference", 10_000) == "Reference"  # a named platform is never overridden
     assert MDSettings().resolved().platform == "Reference"  # alanine dipeptide, 22 atoms
-    big = type("Big", (), {"n_atoms": AUTO_CPU_ATOMS + 62})()
-    monkeypatch.setattr(MDSettings, "molecule_object", lambda self: big)
+    from bgp4.simulation.molecule import atom_count
+
+    assert atom_count("alanine-tetrapeptide") == 42
+    monkeypatch.setattr("bgp4.simulation.molecule.atom_count", lambda *args: AUTO_CPU_ATOMS + 62)
     assert MDSettings().resolved().platform == "CPU"
     assert MDSettings(platform="Reference").resolved().platform == "Reference"
     system = openmm.System()
@@ -319,3 +321,20 @@ def test_auto_platform_goes_by_atom_count(monkeypatch):
     with OpenMMEnergy(system, 300.0, n_workers=1) as energy:  # the bridge chooses by the same rule
         assert energy.platform == "CPU"
         assert energy.energies_kjmol(np.zeros((1, AUTO_CPU_ATOMS + 1, 3))).tolist() == [0.0]
+
+
+def test_an_auto_platform_run_matches_the_platform_it_was_made_on(tmp_path):
+    """A request with platform auto accepts a stored run on another platform (an older version's
+    choice) and resumes there; a named platform still refuses it."""
+    from bgp4.simulation.md import _prepare, _settings_record
+
+    out, work = tmp_path / "p.h5", tmp_path / "p.h5.partial"
+    work.mkdir()
+    started = MDSettings(frames=10, replicas=1, platform="CPU").resolved()
+    (work / "settings.json").write_text(json.dumps(_settings_record(started)))
+    request = MDSettings(frames=10, replicas=1)
+    assert request.left_to_bgp4() == ("platform",)
+    _, resumed = _prepare(out, request.resolved(), overwrite=False, left=request.left_to_bgp4())
+    assert resumed.platform == "CPU"
+    with pytest.raises(InputError, match=r"other settings \(platform\)"):
+        _prepare(out, MDSettings(frames=10, replicas=1, platform="Reference").resolved(), overwrite=False, left=())

@@ -204,6 +204,7 @@ def test_objectives_are_an_axis_of_the_sweep(data_file, tmp_path):
     fab = next(r for r in plan.runs if r.name == "rnvp-fab-s0")
     mixed = next(r for r in plan.runs if r.name == "rnvp-mixed-s0")
     assert energy_step_cost(mixed.train) == ENERGY_STEP_COST and energy_step_cost(fab.train) == 1 + 9
+    assert energy_step_cost(fab.train | {"fab_leapfrog": 4}) == 1 + -(-(1 + 8 * (1 + 3 * 4)) // 4)  # HMC moves
     assert expected_cost(fab) == (100 + 10 * 50) * 256 > expected_cost(mixed)
     # one objective: the runs keep their names and take it
     single = plan_sweep(tmp_path / "t", data_file, ["rnvp"], 1, base, 100, objectives=["kl"])
@@ -289,6 +290,11 @@ def test_refinement_is_part_of_every_run_and_of_its_done_check(data_file, tmp_pa
     assert not run.done
     run.stage().finish({"train": run.train, "sample": run.sample, "refine": run.refine})
     assert run.done
+    older = {k: v for k, v in run.train.items() if k != "fab_leapfrog"}  # a marker from before that setting
+    run.stage().finish({"train": older, "sample": run.sample, "refine": run.refine})
+    assert run.done
+    run.stage().finish({"train": older | {"seed": 9}, "sample": run.sample, "refine": run.refine})
+    assert not run.done
     assert not (tmp_path / "u").exists()
 
 

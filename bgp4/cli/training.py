@@ -86,7 +86,7 @@ def train(
     fab_independence: Optional[int] = typer.Option(
         None,
         "--fab-independence",
-        help="fab: independence Metropolis moves per AIS level (fresh flow samples), before the MALA moves."
+        help="fab: independence Metropolis moves per AIS level (fresh flow samples), before the HMC moves."
         + _d("fab_independence"),
     ),
     fab_leapfrog: Optional[int] = typer.Option(

@@ -58,7 +58,7 @@ class AISBatch:
     logdet (n,) log|dy/dx| of the final samples, log_w (n,) their AIS log weights, log_q (n,) the
     flow's log density of them (nats), evaluations (target evaluations), and diagnostics:
     flow_ess (reverse ESS of the starting flow samples towards p), ais_ess (of log_w),
-    acceptance (K,) of the MALA moves and independence_acceptance (K,) of the independence moves."""
+    acceptance (K,) of the HMC (MALA) moves and independence_acceptance (K,) of the independence moves."""
 
     y: torch.Tensor
     logdet: torch.Tensor

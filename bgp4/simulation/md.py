@@ -134,12 +134,19 @@ class MDSettings:
         return replace(draft, platform=draft.concrete_platform())
 
     def concrete_platform(self) -> str:
-        """The platform name `resolve_platform` gives; `auto` goes by the molecule's atom count,
-        so only then is the molecule built (once: it is cached)."""
+        """The platform name `resolve_platform` gives; `auto` goes by the molecule's atom count
+        (`atom_count`: the molecule is built once a process)."""
         from bgp4.platform import resolve_platform
+        from bgp4.simulation.molecule import atom_count
 
         auto = str(self.platform).lower() == "auto"
-        return resolve_platform(self.platform, self.molecule_object().n_atoms if auto else None)
+        return resolve_platform(self.platform, atom_count(self.molecule, self.pdb, self.spec()) if auto else None)
+
+    def left_to_bgp4(self) -> tuple[str, ...]:
+        """The settings this request leaves to bgp4 (replicas 0: one per core; platform auto: by
+        the atom count, which older versions chose otherwise): a stored run matches any value of them."""
+        auto = {"replicas": self.replicas == 0, "platform": str(self.platform).lower() == "auto"}
+        return tuple(name for name, left in auto.items() if left)
 
     def spec(self) -> SystemSpec:
         """The force field, solvent and constraints of the system to simulate."""
@@ -261,11 +268,10 @@ def _settings_record(s: MDSettings) -> dict:
     return record
 
 
-def _differing(stored: dict, s: MDSettings, auto_replicas: bool, resizable: bool = False) -> list[str]:
-    """Settings of `s` that `stored` (a settings record) does not share (`bgp4.stage.changed`). With
-    `auto_replicas` (the user asked for one replica per core) any replica count matches: it follows
-    the machine's cores. With `resizable` the frame count may differ too (a partial plain-MD run
-    resumed longer or shorter)."""
+def _differing(stored: dict, s: MDSettings, left: tuple[str, ...], resizable: bool = False) -> list[str]:
+    """Settings of `s` that `stored` (a settings record) does not share (`bgp4.stage.changed`). The
+    settings `left` to bgp4 (`MDSettings.left_to_bgp4`) match any value. With `resizable` the frame
+    count may differ too (a partial plain-MD run resumed longer or shorter)."""
     from bgp4.simulation.ladder import REFRESH_DEFAULT
     from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
@@ -279,7 +285,7 @@ def _differing(stored: dict, s: MDSettings, auto_replicas: bool, resizable: bool
         **SystemSpec().record(),
     }
     stored = dict(stored) | {"constraints": str(stored.get("constraints", "hbonds")).lower()}
-    neutral = [name for name, free in (("replicas", auto_replicas), ("frames", resizable)) if free]
+    neutral = [*left, *(["frames"] if resizable else [])]
     return changed(stored, request, keys=request, neutral=neutral, defaults=old)
 
 
@@ -304,13 +310,13 @@ def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bo
         stored = {}
     if stored.get("kind") != "md":
         raise InputError(f"{out} exists and is no `bgp4 simulate` output; {_REPLACE}")
-    refuse_changes(f"{out} holds MD", _differing(stored, s, auto_replicas=settings.replicas == 0), _REPLACE)
+    refuse_changes(f"{out} holds MD", _differing(stored, s, settings.left_to_bgp4()), _REPLACE)
     return True
 
 
-def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> tuple[Path, MDSettings]:
+def _prepare(out: Path, s: MDSettings, overwrite: bool, left: tuple[str, ...]) -> tuple[Path, MDSettings]:
     """Check the output path and the partial directory; returns the work directory and the
-    settings to run (with `auto_replicas`, a partial run keeps the replica count it started with)."""
+    settings to run (a partial run keeps its values of the settings `left` to bgp4)."""
     if out.suffix != ".h5":
         raise InputError(f"output must be an mdtraj HDF5 file ending in .h5, got {out}")
     parent = out.parent if str(out.parent) else Path(".")
@@ -328,11 +334,11 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool, auto_replicas: bool) -> 
         resizable = not s.replica_exchange  # plain MD: each replica's frames are a prefix of one trajectory
         refuse_changes(
             f"{work.path} holds a partial run",
-            _differing(previous, s, auto_replicas, resizable),
+            _differing(previous, s, left, resizable),
             "rerun with its settings to resume, or pass overwrite=True (--overwrite) to discard it",
         )
-        if auto_replicas:  # started on a machine with another core count
-            s = MDSettings(**(asdict(s) | {"replicas": int(previous["replicas"])}))
+        # started on a machine with another core count, or by a version that chose another platform
+        s = replace(s, **{name: previous[name] for name in left if name in previous})
         if resizable and previous.get("frames") != s.frames:
             work.record(previous | {"frames": s.frames})  # replicas past their new share stop; the rest go on
     else:
@@ -359,7 +365,7 @@ def simulate(
     s = settings.resolved()
     if not overwrite and completed(out, settings):
         return out
-    work, s = _prepare(out, s, overwrite, auto_replicas=settings.replicas == 0)
+    work, s = _prepare(out, s, overwrite, settings.left_to_bgp4())
     if s.replica_exchange:
         from bgp4.simulation.remd import run_replica_exchange
 

@@ -44,6 +44,7 @@ __all__ = [
     "kT",
     "Molecule",
     "alanine_dipeptide",
+    "atom_count",
     "backbone_pairs",
     "central_pair",
     "PEPTIDES",
@@ -317,6 +318,18 @@ def get_molecule(name: str | None = None, spec: SystemSpec = SystemSpec()) -> Mo
     if name.startswith(PDB_PREFIX):
         raise InputError(f"{name} was read from a structure file: give the file (--pdb) or a data file that records it")
     return MOLECULES[name](spec)
+
+
+def atom_count(name: str, pdb: str = "", spec: SystemSpec = SystemSpec()) -> int:
+    """Atoms of the structure file `pdb` (hydrogens added), else of the molecule registered as
+    `name`, in `spec`'s system; built once a process (per file version)."""
+    mtime = Path(pdb).stat().st_mtime_ns if pdb else 0
+    return _atom_count(name, pdb, mtime, spec)
+
+
+@functools.lru_cache(maxsize=32)
+def _atom_count(name: str, pdb: str, mtime: int, spec: SystemSpec) -> int:
+    return (pdb_molecule(pdb, spec) if pdb else get_molecule(name, spec)).n_atoms
 
 
 def molecule_of(record: Mapping[str, Any] | None, n_atoms: int | None = None, source: object = "the file") -> Molecule:

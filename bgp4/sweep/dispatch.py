@@ -83,10 +83,10 @@ def _cost(spec: RunSpec, weighted_steps: int) -> int:
 def energy_step_cost(train: dict[str, Any]) -> int:
     """The cost of one energy-phase step of a run with `train` settings, in likelihood steps:
     ENERGY_STEP_COST (mixed, kl), or for fab one buffer step plus its share of an AIS batch
-    (1 + levels x (independence + MALA_MOVE_COST x moves) per sample, every `fab_reuse` steps)."""
+    (1 + levels x (independence + MALA_MOVE_COST x moves x leapfrog) per sample, every `fab_reuse` steps)."""
     if train.get("objective", DEFAULT_OBJECTIVE) != "fab":
         return ENERGY_STEP_COST
-    moves = train["fab_independence"] + MALA_MOVE_COST * train["fab_moves"]
+    moves = train["fab_independence"] + MALA_MOVE_COST * train["fab_moves"] * train.get("fab_leapfrog", 1)
     return 1 + -(-(1 + train["fab_levels"] * moves) // train["fab_reuse"])
 
 

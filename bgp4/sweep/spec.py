@@ -6,9 +6,10 @@ none of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.stage import Stage, changed
 
 __all__ = [
@@ -29,6 +30,7 @@ TASKS_FILE = "sweep-tasks.jsonl"
 EXECUTION_ONLY = ("workers",)
 #: The settings a finished run's marker records, one record each (refine: {} when not refined).
 PARTS = ("train", "sample", "refine")
+_RECORDS = {"train": TrainSettings, "sample": SampleSettings, "refine": RefineSettings}
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,18 @@ class RunSpec:
             return False
         if not stored:
             return False
-        return not any(changed(stored.get(part, {}), getattr(self, part), neutral=EXECUTION_ONLY) for part in PARTS)
+        return not any(_changed(part, stored.get(part, {}), getattr(self, part)) for part in PARTS)
 
     def stage(self) -> Stage:
         """The run directory as a stage whose completion marker is `sweep-done.json`."""
         return Stage(self.path, complete=DONE_FILE)
+
+
+def _changed(part: str, stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The settings of `part` that differ; a setting newer than a stored record takes its default
+    (an empty record, as an unrefined run's, stays empty)."""
+    defaults = asdict(_RECORDS[part]()) if stored else {}
+    return changed(stored, current, neutral=EXECUTION_ONLY, defaults=defaults)
 
 
 def run_name(variant: str, seed: int) -> str:

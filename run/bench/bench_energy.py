@@ -84,7 +84,7 @@ def main() -> None:
     t0 = time.perf_counter()
     frames = md_frames(molecule.system, molecule.positions, args.frames)
     print(f"setup_md_s: {time.perf_counter() - t0:.2f}")
-    platform, props = get_platform(args.platform)
+    platform, props = get_platform(args.platform, molecule.n_atoms)
     xml = molecule.system_xml()
 
     spawn = mp.get_context("spawn")

@@ -30,7 +30,7 @@ def _bare(steps: int, platform: str, molecule_name: str, barrier, results) -> No
 
     molecule = get_molecule(molecule_name)
     integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
-    plat, props = get_platform(platform)
+    plat, props = get_platform(platform, molecule.n_atoms)  # as `bgp4 simulate` resolves auto
     context = openmm.Context(molecule.system, integrator, plat, props)
     context.setPositions(molecule.positions)
     openmm.LocalEnergyMinimizer.minimize(context)

@@ -1,8 +1,8 @@
 """Which OpenMM platform steps a molecule fastest on one CPU core, by its size.
 
-`bgp4.platform` picks Reference for `--platform auto` because it is the fastest for alanine
-dipeptide (22 atoms). Reference's nonbonded loop is O(N^2) in double precision, so a larger
-molecule may run faster on the CPU platform (one thread, as bgp4 runs it). This bench builds
+Reference is the fastest for alanine dipeptide (22 atoms). Its nonbonded loop is O(N^2) in double
+precision, so a larger molecule runs faster on the CPU platform (one thread, as bgp4 runs it);
+this bench set `bgp4.platform.AUTO_CPU_ATOMS`, where `--platform auto` turns from one to the other. This bench builds
 capped alanine peptides of growing length in bgp4's default system (amber99sb-ildn, OBC, NoCutoff,
 X-H bonds constrained), runs Langevin MD at 600 K on each platform and prints steps per second.
 
