@@ -2,6 +2,7 @@
 
     python run/scripts/md_reference.py MD.h5 [MD2.h5 | OUT.h5.partial ...] [--block-ns 10]
                                        [--samples RUN/samples-refined.h5 ...] [--bootstrap 1000]
+                                       [--residue ALA3]
 
 MD: every file's frames are split per replica into contiguous blocks of `--block-ns` ns; P(phi > 0)
 is pooled over simulated time, its standard error is that of the block means (blocks weighted by their
@@ -11,7 +12,8 @@ replicas have written so far.
 Samples (`bgp4 sample` files): P and dF reweighted by exp(log_w), with a bootstrap 95 % interval
 over samples (over lineages when the file has `ancestor`, SMC), and the difference from the MD
 reference with its combined standard error (MD blocks and the samples' bootstrap spread).
-Prints `name: value` lines.
+phi is the molecule's own (a peptide's central residue), or with `--residue` that residue's (mdtraj's
+label, as the per-residue report names it). Prints `name: value` lines.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bgp4.analysis.estimators import backbone_dihedrals, state_free_energy  # noqa: E402
+from bgp4.analysis.residues import dihedral_angles, residue_torsions  # noqa: E402
 from bgp4.generator.sample import REFINED_EXTRAS  # noqa: E402
 from bgp4.simulation.data import load_trajectory  # noqa: E402
 from bgp4.simulation.md import FRAMES_FILE, record_dtype  # noqa: E402
@@ -58,14 +61,23 @@ def _frames(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
     return data.xyz, np.asarray(replica), data.settings
 
 
-def md_blocks(path: Path, block_ns: float) -> tuple[np.ndarray, np.ndarray]:
+def phi_of(xyz: np.ndarray, molecule, residue: str = "") -> np.ndarray:
+    """(n,) phi in radians: the molecule's own, or that of the residue labelled `residue`."""
+    if not residue:
+        return backbone_dihedrals(xyz, molecule)[0]
+    quartets = {r.label: r.phi for r in residue_torsions(molecule)}
+    if residue not in quartets:
+        raise SystemExit(f"no residue {residue!r} with phi and psi; the molecule has {', '.join(quartets)}")
+    return dihedral_angles(xyz, molecule, [quartets[residue]])[:, 0]
+
+
+def md_blocks(path: Path, block_ns: float, residue: str = "") -> tuple[np.ndarray, np.ndarray]:
     """(P(phi > 0) per block, ns per block) of one MD file, blocks contiguous within a replica.
     Blocks are weighed by simulated time, so files saved at other intervals pool correctly."""
     xyz, replica, s = _frames(path)
     frame_ns = s["timestep_fs"] * s["save_every"] * 1e-6
     frames_per_block = max(1, int(round(block_ns / frame_ns)))
-    phi, _ = backbone_dihedrals(xyz, get_molecule(s["molecule"]))
-    positive = phi > 0
+    positive = phi_of(xyz, get_molecule(s["molecule"]), residue) > 0
     shares, sizes = [], []
     for r in np.unique(replica):
         mine = positive[replica == r]
@@ -93,10 +105,10 @@ def df_error(p: float, se: float) -> float:
     return se / (p * (1 - p)) if 0 < p < 1 else math.nan
 
 
-def reweighted(path: Path, n_boot: int, seed: int = 0) -> tuple[float, np.ndarray]:
+def reweighted(path: Path, n_boot: int, seed: int = 0, residue: str = "") -> tuple[float, np.ndarray]:
     """(P(phi > 0) reweighted, bootstrap draws of it) of one samples file."""
     data = load_trajectory(path, extras=REFINED_EXTRAS)
-    phi, _ = backbone_dihedrals(data.xyz, data.molecule())
+    phi = phi_of(data.xyz, data.molecule(), residue)
     log_w = np.asarray(data.extras["log_w"], dtype=np.float64)
     w = np.where(np.isfinite(log_w), np.exp(log_w - np.max(log_w[np.isfinite(log_w)])), 0.0)
     hit = (phi > 0) & np.isfinite(phi)
@@ -117,10 +129,11 @@ def main() -> None:
     parser.add_argument("--block-ns", type=float, default=10.0)
     parser.add_argument("--samples", type=Path, nargs="*", default=[])
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--residue", default="", help="phi of this residue (e.g. ALA3); default the molecule's own")
     a = parser.parse_args()
     shares, sizes = [], []
     for path in a.md:
-        s, n = md_blocks(path, a.block_ns)
+        s, n = md_blocks(path, a.block_ns, a.residue)
         if not len(s):
             print(f"md {path}: no complete block of {a.block_ns:g} ns yet, left out")
             continue
@@ -140,7 +153,7 @@ def main() -> None:
         f"  P(phi>0) {p_md:.4f} +- {se_md:.4f}  dF {df_md:.3f} +- {df_se:.3f} kT"
     )
     for path in a.samples:
-        p, draws = reweighted(path, a.bootstrap)
+        p, draws = reweighted(path, a.bootstrap, residue=a.residue)
         df, df_draws = state_free_energy(p), np.array([state_free_energy(d) for d in draws])
         finite = np.isfinite(df_draws)  # a draw without any weighted phi > 0 sample has dF = inf
         low, high = np.percentile(df_draws[finite], [2.5, 97.5]) if finite.any() else (math.nan, math.nan)
