@@ -27,7 +27,8 @@ bgp4 sample "$out/kl" --n 100000 --workers 2 --quiet
 bgp4 analyze "$out/ml" "$out/fab" "$out/kl" --data "$data" --out "$out/report"
 
 # From scratch, no MD data: FAB alone, 20,000 steps (4.4e7 target evaluations, within the issue's
-# 2e8; about 8 h of one core at 1.5 s a step). run/results/fab-from-scratch holds its first 1,100.
+# 2e8; about 8 h of one core at 1.5 s a step). run/results/fab-from-scratch holds its first 1,100 steps, and
+# a second run of 2,381.
 bgp4 train --data none --molecule alanine-dipeptide --temperature 600 --model spline --steps 0 \
   --objective fab --energy-steps 20000 --eval-every 250 --batch 512 --workers 1 --seed 0 --out "$out/fab-scratch" --quiet
 bgp4 sample "$out/fab-scratch" --n 100000 --workers 2 --quiet
