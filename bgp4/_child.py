@@ -13,11 +13,13 @@ PYTHONPATH.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 from pathlib import Path
 
-__all__ = ["python_command"]
+__all__ = ["die_with_parent", "python_command"]
 
 
 def python_command(*args: str) -> tuple[list[str], dict[str, str]]:
@@ -28,3 +30,17 @@ def python_command(*args: str) -> tuple[list[str], dict[str, str]]:
     package_root = str(Path(__file__).resolve().parents[1])  # the directory that holds bgp4/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     return [sys.executable, *safe_path, *args], env
+
+
+def die_with_parent(parent_pid: int | None = None) -> bool:
+    """Ask Linux to kill this process when its parent dies (even by SIGKILL); elsewhere a no-op.
+
+    With `parent_pid`, returns False when the parent has already died (before the request took
+    effect), so the child can exit at once; True otherwise.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    return parent_pid is None or os.getppid() == parent_pid

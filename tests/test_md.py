@@ -17,8 +17,9 @@ import openmm
 import pytest
 
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.simulation._records import STATE_FILE
 from bgp4.simulation.data import load_trajectory, read_settings
-from bgp4.simulation.md import STATE_FILE, MDSettings, simulate
+from bgp4.simulation.md import MDSettings, simulate
 
 
 @pytest.fixture(scope="module")

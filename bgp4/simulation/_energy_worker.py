@@ -15,7 +15,6 @@ the energy is +inf). EOF ends it.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import os
@@ -26,11 +25,12 @@ import sys
 import numpy as np
 import openmm
 
+from bgp4._child import die_with_parent
+
 __all__ = ["LENGTH", "HEADER", "main"]
 
 LENGTH = struct.Struct("<q")  # XML length, and the start-up answer (0 or error text length)
 HEADER = struct.Struct("<qq")  # request header: (number of frames, want forces)
-_PR_SET_PDEATHSIG = 1
 
 
 def _read_exact(fd: int, n: int) -> bytearray | None:
@@ -89,11 +89,9 @@ def _evaluate(context: openmm.Context, frames: np.ndarray, want_forces: bool) ->
 def main(argv: list[str]) -> None:
     """Serve one parent until EOF. argv: platform name, properties (JSON), parent pid, "1" to die with it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which closes us.
-    platform_name, props, parent_pid, die_with_parent = argv[0], json.loads(argv[1]), int(argv[2]), argv[3]
-    if die_with_parent == "1" and sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:
-            os._exit(0)  # the parent died before prctl took effect
+    platform_name, props, parent_pid, tie = argv[0], json.loads(argv[1]), int(argv[2]), argv[3]
+    if tie == "1" and not die_with_parent(parent_pid):
+        os._exit(0)  # the parent died before the tie took effect
     # Keep private copies of the pipes and point fds 0/1 elsewhere, so stray prints cannot corrupt them.
     in_fd, out_fd = os.dup(0), os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)

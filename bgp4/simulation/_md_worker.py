@@ -24,18 +24,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bgp4._child import die_with_parent
 from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error
-from bgp4.simulation.md import (
-    CHECKPOINT_EVERY,
-    FRAMES_FILE,
-    PROGRESS_EVERY,
-    STATE_FILE,
-    MDSettings,
-    _read_state,
-    die_with_parent,
-    record_dtype,
-)
+from bgp4.simulation._records import CHECKPOINT_EVERY, FRAMES_FILE, PROGRESS_EVERY, STATE_FILE, read_state, record_dtype
+from bgp4.simulation.md import MDSettings
 
 # openmm, bgp4.simulation.molecule and bgp4.platform are imported lazily: the replica sets its signals and
 # its tie to the parent (main) before it spends a few tenths of a second importing OpenMM.
@@ -98,7 +91,7 @@ def _start(
     """Resume the replica from its checkpoint, or minimize, equilibrate and write its first one; frames held."""
     import openmm
 
-    state = _read_state(state_path)
+    state = read_state(state_path)
     if state is not None:
         done, checkpoint = state
         context.loadCheckpoint(checkpoint)
@@ -168,9 +161,8 @@ def main(argv: list[str]) -> int:
     """Run the replica named by argv (workdir, replica, settings JSON, parent pid); returns the exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which stops us
     workdir, replica, settings, parent_pid = argv[0], int(argv[1]), json.loads(argv[2]), int(argv[3])
-    die_with_parent()
-    if os.getppid() != parent_pid:
-        return 1  # the parent died before die_with_parent took effect
+    if not die_with_parent(parent_pid):
+        return 1  # the parent died before the tie took effect
     # A private copy of the message pipe, and fd 1 pointed at stderr: stray prints cannot corrupt it.
     out_fd = os.dup(1)
     os.dup2(2, 1)

@@ -29,6 +29,7 @@ import numpy as np
 
 from bgp4._child import python_command
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.simulation._records import FRAMES_FILE, committed, record_dtype
 from bgp4.simulation.system import SystemSpec
 from bgp4.stage import Stage, changed, refuse_changes
 
@@ -37,13 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO_TIMESTEP_FS",
-    "CHECKPOINT_EVERY",
-    "PROGRESS_EVERY",
-    "STATE_FILE",
-    "FRAMES_FILE",
     "MDSettings",
-    "record_dtype",
-    "die_with_parent",
     "completed",
     "simulate",
 ]
@@ -52,13 +47,9 @@ __all__ = [
 # bgp4.simulation.data (OpenMM, mdtraj). The CLI imports this module at its start (MDSettings gives its
 # defaults), as does each replica process (bgp4.simulation._md_worker), and both stay free of them.
 
-CHECKPOINT_EVERY = 2000  # frames between checkpoints: ~1.5 s of MD, a negligible cost
-PROGRESS_EVERY = 250  # frames between progress messages to the parent
 #: Time step (fs) when none is given: 2 fs with X-H bonds constrained, 1 fs with every bond free
 #: (an X-H stretch has a period of about 10 fs; 2 fs would heat and break it).
 AUTO_TIMESTEP_FS = {"hbonds": 2.0, "none": 1.0}
-STATE_FILE = "replica-{}.state"
-FRAMES_FILE = "replica-{}.frames"
 
 
 @dataclass(frozen=True)
@@ -166,36 +157,6 @@ class MDSettings:
         """One OpenMM-compatible (positive int32) seed per replica, derived from `seed`."""
         children = np.random.SeedSequence(self.seed).spawn(self.replicas)
         return [int(c.generate_state(1)[0] % (2**31 - 2)) + 1 for c in children]
-
-
-def record_dtype(n_atoms: int) -> np.dtype:
-    """One raw MD record: positions (n_atoms, 3) nm as float32, potential and kinetic energy kJ/mol."""
-    return np.dtype([("xyz", "<f4", (n_atoms, 3)), ("epot", "<f8"), ("ekin", "<f8")])
-
-
-def _read_state(path: Path) -> tuple[int, bytes] | None:
-    """(committed frames, OpenMM checkpoint) of a replica, or None before its first checkpoint."""
-    if not path.exists():
-        return None
-    raw = path.read_bytes()
-    header, _, checkpoint = raw.partition(b"\n")
-    return int(json.loads(header)["frames"]), checkpoint
-
-
-def _committed(work: Path, replica: int) -> int:
-    state = _read_state(work / STATE_FILE.format(replica))
-    return 0 if state is None else state[0]
-
-
-def die_with_parent() -> None:
-    """Ask Linux to kill this process when the parent dies (even by SIGKILL)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _replica_command(work: Path, replica: int, s: MDSettings) -> tuple[list[str], dict[str, str]]:
@@ -372,7 +333,7 @@ def simulate(
         run_replica_exchange(out, work, progress)
         shutil.rmtree(work)
         return out
-    done = [_committed(work, r) for r in range(s.replicas)]
+    done = [committed(work, r) for r in range(s.replicas)]
     held = sum(min(d, s.frames_of(r)) for r, d in enumerate(done))  # a shortened run may hold more
     bar = tqdm(total=s.frames, initial=held, unit="frame", desc="simulate", disable=not progress, smoothing=0.1)
     try:

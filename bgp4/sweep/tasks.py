@@ -225,7 +225,7 @@ def _task_records(run: Path) -> list[dict[str, Any]]:
 # `bgp4 simulate` as a worker's child: it dies with the worker (which may be killed when the sweep
 # stops), and takes Ctrl-C again, which the worker's IgnoreInterrupts would pass on as ignored
 _SIMULATE_CHILD = (
-    "import signal, sys; from bgp4.simulation.md import die_with_parent; die_with_parent(); "
+    "import signal, sys; from bgp4._child import die_with_parent; die_with_parent(); "
     "signal.signal(signal.SIGINT, signal.default_int_handler); sys.argv[0] = 'bgp4'; "
     "from bgp4.cli import main; sys.exit(main())"
 )

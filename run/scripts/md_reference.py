@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bgp4.analysis.estimators import backbone_dihedrals, state_free_energy  # noqa: E402
 from bgp4.analysis.residues import dihedral_angles, residue_torsions  # noqa: E402
 from bgp4.generator.sample import REFINED_EXTRAS  # noqa: E402
+from bgp4.simulation._records import FRAMES_FILE, record_dtype  # noqa: E402
 from bgp4.simulation.data import load_trajectory  # noqa: E402
-from bgp4.simulation.md import FRAMES_FILE, record_dtype  # noqa: E402
 from bgp4.simulation.molecule import get_molecule  # noqa: E402
 
 
