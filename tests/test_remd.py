@@ -27,6 +27,7 @@ from bgp4.simulation.ladder import (
     exchange_acceptance,
     short_iteration_warning,
     temperature_ladder,
+    velocity_refresh_of,
 )
 from bgp4.simulation.md import MDSettings, completed, simulate
 from bgp4.stage import Stage
@@ -334,6 +335,44 @@ def test_an_opened_segment_knows_each_walkers_temperature(tiny, molecule):
     ladder = record["temperatures"]
     noted = [w._bgp4_last_temperature_K for w in sampler._sampler_states]
     assert noted == [ladder[int(i)] for i in sampler._replica_thermodynamic_states]
+
+
+def test_segment_reporter_writes_unchanged_moves_once(tmp_path, monkeypatch):
+    """openmmtools stores the MCMC moves after every iteration; the same moves are written once per
+    reporter, and again when they change."""
+    from openmmtools.multistate import MultiStateReporter
+
+    from bgp4.simulation._remd_move import SeededLangevinMove
+    from bgp4.simulation._remd_storage import SegmentReporter
+
+    written: list[list[int]] = []
+
+    def record_write(self, moves):
+        written.append([m.n_steps for m in moves])
+
+    monkeypatch.setattr(MultiStateReporter, "write_mcmc_moves", record_write)
+    moves = [SeededLangevinMove(n_steps=100), SeededLangevinMove(n_steps=100)]
+    reporter = SegmentReporter(str(tmp_path / "remd.nc"))
+    for _ in range(3):
+        reporter.write_mcmc_moves(moves)
+    assert written == [[100, 100]]
+    moves[1].n_steps = 50
+    reporter.write_mcmc_moves(moves)
+    assert written == [[100, 100], [100, 50]]
+    SegmentReporter(str(tmp_path / "remd.nc")).write_mcmc_moves(moves)  # a new reporter (a resume) writes them
+    assert len(written) == 3
+
+
+def test_a_sealed_segment_stores_the_runs_moves(tiny, molecule):
+    """The moves written once per segment are the run's: the steps of an iteration and the refresh."""
+    record = Stage(tiny.work).recorded()
+    with remd._openmmtools_quietly():
+        reporter = remd._reporter(tiny.work / "segment-0000", molecule.n_atoms, mode="r")
+        moves = reporter.read_mcmc_moves()
+        reporter.close()
+    assert len(moves) == len(record["temperatures"])
+    assert {m.n_steps for m in moves} == {record["save_every"]}
+    assert {m.refresh for m in moves} == {velocity_refresh_of(record)}
 
 
 def test_exchange_refresh_run_records_it_and_does_not_warn_of_short_iterations(tmp_path, monkeypatch):

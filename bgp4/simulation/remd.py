@@ -121,10 +121,11 @@ def _held(sealed: list[dict[str, int]]) -> int:
 
 def _reporter(directory: Path, n_atoms: int, mode: str | None = None):
     """openmmtools' storage of one segment: every atom's position at every iteration in the
-    analysis file (velocities only at checkpoints), full checkpoints every CHECKPOINT_ITERATIONS."""
-    from openmmtools.multistate import MultiStateReporter
+    analysis file (velocities only at checkpoints), full checkpoints every CHECKPOINT_ITERATIONS;
+    the MCMC moves only when they change (`SegmentReporter`)."""
+    from bgp4.simulation._remd_storage import SegmentReporter
 
-    return MultiStateReporter(
+    return SegmentReporter(
         str(directory / STORAGE),
         open_mode=mode,
         checkpoint_interval=CHECKPOINT_ITERATIONS,
