@@ -386,12 +386,12 @@ def test_exchange_refresh_run_records_it_and_does_not_warn_of_short_iterations(t
         calls.append(kwargs["came_from"])
         refresh(*args, **kwargs)
 
-    def advance_counting(sampler, bar):
+    def advance_counting(sampler, bar, stop=None):
         while sampler.iteration < sampler.number_of_iterations:
             before = len(calls)
             sampler.run(1)
             per_iteration.append(len(calls) - before)
-        advance(sampler, bar)
+        advance(sampler, bar, stop)
 
     monkeypatch.setattr(_remd_move, "refresh_velocities", counted)
     monkeypatch.setattr(remd, "_advance", advance_counting)
@@ -430,10 +430,10 @@ def _interrupt_after(iterations: int):
     would) `iterations` into the second."""
     advance, calls = remd._advance, []
 
-    def run(sampler, bar):
+    def run(sampler, bar, stop=None):
         calls.append(1)
         if len(calls) == 1:
-            return advance(sampler, bar)
+            return advance(sampler, bar, stop)
         for _ in range(iterations):
             sampler.run(1)
         raise KeyboardInterrupt
@@ -463,6 +463,36 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
     assert np.allclose(mdtraj.load(str(out)).time, np.arange(1, 51) * 0.02)
     assert np.unique(data.xyz.reshape(50, -1), axis=0).shape[0] == 50
     assert sum(read_settings(out)["exchange_attempts"]) > 0
+
+
+def test_sigterm_in_a_storage_write_stops_between_iterations_and_resumes(tmp_path, monkeypatch):
+    """openmmtools defers a signal that arrives while it writes an iteration, then calls the handler
+    it replaced; SIGTERM's default one is not callable there, so the run holds a Python handler: the
+    run stops after that iteration (KeyboardInterrupt, what the CLI turns into exit code 130) and
+    resumes to the frames asked for."""
+    import os
+    import signal
+
+    from bgp4.simulation._remd_storage import SegmentReporter
+
+    settings = replace(TINY, frames=30, equilibration_ps=0.0)
+    out, calls = tmp_path / "term.h5", []
+    stamp = SegmentReporter.write_timestamp
+
+    def stamp_and_signal(self, iteration):
+        calls.append(iteration)
+        if len(calls) == 12:
+            os.kill(os.getpid(), signal.SIGTERM)  # inside openmmtools' delayed-termination block
+        return stamp(self, iteration)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with monkeypatch.context() as patch:
+        patch.setattr(SegmentReporter, "write_timestamp", stamp_and_signal)
+        with pytest.raises(KeyboardInterrupt):
+            simulate(out, settings, progress=False)
+    assert signal.getsignal(signal.SIGTERM) is before and not out.exists()
+    simulate(out, settings, progress=False)
+    assert load_trajectory(out).n_frames == 30
 
 
 @pytest.mark.parametrize(

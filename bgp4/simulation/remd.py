@@ -11,18 +11,12 @@ statistics in its netCDF storage (`MultiStateReporter`). The data file holds the
 temperature's frame of every iteration: `--frames` iterations, one frame each, `--save-every`
 steps apart.
 
-Iteration length. With `--velocity-refresh iteration` (the default) velocities are drawn anew at
-every iteration (a configuration that moved to another temperature must not keep its old kinetic
-energy), as a full refresh of the integrator's friction step, with the velocities of a walker just
-exchanged scaled to its new temperature first (`SeededLangevinMove`: a plain redraw with OpenMM's
-setVelocitiesToTemperature heated the fast modes). That leaves the distribution as plain MD's up to
-the integrator's own step error, but it also acts as a thermostat far stronger than the friction
-when iterations are short: the default 10 steps (0.01 ps at 1 fs) keep each walker from building
-momentum across a barrier, and barrier crossings slow down. Prefer at least ADVISED_ITERATION_PS
-(0.5 ps) per iteration, e.g. `--save-every 500` at 1 fs; a run with less than WARN_ITERATION_PS
-(0.1 ps) prints a warning. With `--velocity-refresh exchange` only a walker that changed
-temperature is refreshed, and the others continue their trajectories, so iterations may be short (a
-frame every 0.1 ps).
+Iteration length. With `--velocity-refresh iteration` (the default) every walker gets fresh
+velocities at every iteration (`SeededLangevinMove` says how), which leaves plain MD's distribution
+but thermostats far more strongly than the friction when iterations are short: prefer at least
+ADVISED_ITERATION_PS (0.5 ps, `--save-every 500` at 1 fs); under WARN_ITERATION_PS (0.1 ps) a run
+warns. With `--velocity-refresh exchange` only a walker that changed temperature is refreshed, so
+iterations may be short (a frame every 0.1 ps).
 
 Resuming. The run lives in `<out>.partial/` beside the settings record, cut into segments of
 SEGMENT_ITERATIONS iterations, each an openmmtools storage of its own (`segment-NNNN/`). A
@@ -31,7 +25,7 @@ once it holds all its iterations, and never written again. The running segment c
 CHECKPOINT_ITERATIONS iterations; a rerun reopens it with `from_storage`, which goes on from its
 last checkpoint. A netCDF (HDF5) file killed in the middle of a write may not open again
 (openmmtools issue 754): such a segment is made again from the end of the sealed one before it,
-so a kill at any moment loses at most one segment.
+so a kill at any moment loses at most one segment. Ctrl-C or SIGTERM stops between iterations.
 
 Seeds. openmmtools' exchanges and `SeededLangevinMove`'s integrator and velocity seeds draw from
 numpy's global random state, seeded here from `--seed` and the iteration a run starts at (the
@@ -56,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from bgp4._io import atomic_write
+from bgp4._stop import StopRequest
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation.ladder import (
     MIXING,
@@ -265,14 +260,17 @@ def _note_temperatures(sampler) -> None:
         note_temperature(walker, kelvin)
 
 
-def _advance(sampler, bar) -> None:
-    """Run the sampler to the end of its segment, one iteration at a time (the progress bar moves)."""
+def _advance(sampler, bar, stop: StopRequest | None = None) -> None:
+    """Run the sampler to the end of its segment, one iteration at a time (the progress bar moves).
+    A stop request (Ctrl-C, SIGTERM) ends it between iterations, as KeyboardInterrupt."""
     while sampler.iteration < sampler.number_of_iterations:
         sampler.run(1)
         bar.update(1)
+        if stop is not None and stop.requested:
+            raise KeyboardInterrupt
 
 
-def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar) -> None:
+def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar, stop: StopRequest | None = None) -> None:
     """Make, resume and run segments until they hold `frames` iterations in all."""
     from openmmtools.multistate.utils import SimulationNaNError
 
@@ -293,7 +291,7 @@ def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar) -> None:
         bar.update(sampler.iteration)
         _reseed(seed, 1, start + sampler.iteration)
         try:
-            _advance(sampler, bar)
+            _advance(sampler, bar, stop)
         except SimulationNaNError as exc:
             raise Bgp4Error(f"replica exchange failed: {exc}; rerun to resume from the last checkpoint") from None
         finally:
@@ -322,10 +320,14 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
         print(warning, file=sys.stderr)
     done = _held(_sealed(work))
     bar = tqdm(total=int(record["frames"]), initial=done, unit="frame", desc="replica exchange", disable=not progress)
+    # openmmtools defers a signal that comes mid-write and then calls the handler it replaced: a
+    # Python one, since SIG_DFL (SIGTERM's) is not callable there (mpiplus).
+    stop = StopRequest()
     try:
         with _openmmtools_quietly():
-            _run_segments(work, record, molecule, bar)
+            _run_segments(work, record, molecule, bar, stop)
     finally:
+        stop.restore()
         bar.close()
     _write(Path(out), work, record, molecule)
 
