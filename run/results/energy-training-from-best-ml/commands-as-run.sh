@@ -84,3 +84,12 @@ python -m bgp4.cli train --data $data --init $out/ml --model spline --steps 0 --
   --objective fab --energy-steps 600 --eval-every 100 --energy-lr 1e-4 --energy-lr-schedule cosine --fab-reuse 8 \
   --workers 1 --out $out/fab2048-r8-cos --quiet
 python run/scripts/ess_checkpoint.py $out/ml $out/fab2048-r8-cos --n 20000
+
+# Session 20 (2026-12-02): the levers together from the remade ML run (ml-remake, at 9f6a542 = snapshot m28):
+# batch 2048, 8 gradient steps per AIS batch, cosine decay 1e-4 -> 1e-6, 2,000 steps (8.8e6 evaluations);
+# one thread, beside a replica exchange on the other core (paused at times: not a timing)
+python -m bgp4.cli train --data $data --init $out/ml --model spline --steps 0 --batch 2048 --augment \
+  --objective fab --energy-steps 2000 --fab-reuse 8 --energy-lr-schedule cosine --eval-every 100 \
+  --workers 1 --out $out/fab-levers --quiet
+python -m bgp4.cli sample $out/fab-levers --n 100000 --workers 1 --quiet
+python -m bgp4.cli analyze $out/ml $out/fab-levers --data $data --out $out/report-levers
