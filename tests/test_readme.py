@@ -36,7 +36,7 @@ def _run_block(tmp_path: Path, how: str) -> subprocess.CompletedProcess:
         # A notebook's kernel executes cells in __main__ with no script file (no __file__). `python -`
         # is not quite that: it sets __file__ to "<stdin>", which multiprocessing's spawn then tries to run.
         argv, stdin = [sys.executable, "-c", "import sys; exec(compile(sys.stdin.read(), '<cell>', 'exec'))"], code
-    return subprocess.run(argv, input=stdin, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(argv, input=stdin, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
 
 
 @pytest.mark.slow
