@@ -24,20 +24,14 @@ __all__ = ["run_seconds", "main"]
 
 _ONE = """
 import sys
-from bgp4.simulation import remd
 from bgp4.simulation.md import MDSettings, simulate
 
-if sys.argv[2] == "plain":
+if sys.argv[2] == "plain":  # openmmtools' own write of the moves, after every iteration
     from openmmtools.multistate import MultiStateReporter
 
-    def plain(directory, n_atoms, mode=None):
-        return MultiStateReporter(
-            str(directory / remd.STORAGE), open_mode=mode, checkpoint_interval=remd.CHECKPOINT_ITERATIONS,
-            checkpoint_storage=remd.CHECKPOINT_STORAGE, analysis_particle_indices=range(n_atoms),
-            position_interval=1, velocity_interval=0,
-        )
+    from bgp4.simulation._remd_storage import SegmentReporter
 
-    remd._reporter = plain
+    SegmentReporter.write_mcmc_moves = MultiStateReporter.write_mcmc_moves
 settings = MDSettings(
     frames=int(sys.argv[3]), save_every=100, temperature=300.0, constraints="none", replica_exchange="300:600:4",
     equilibration_ps=0.0, velocity_refresh="exchange",
