@@ -19,8 +19,10 @@
 # DENSE_STEPS > 0 adds the ML rows on the dense data (run/long_runs.sh: 500,000 frames 0.1 ps apart from two
 # replica-exchange runs, ala2-300K-remd-dense-x2.h5), which do not overfit by 10,000 steps (the study's
 # value; about 35 min of training per spline run and 50 per spline-p4inv run on one core), and with FAB_STEPS
-# FAB after their spline runs too.
-#   bash run/benchmark_300K.sh [OUT] [DATA]   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 DENSE_STEPS=0
+# FAB after their spline runs too. DENSE_FILE names the dense file in DATA: ala2-300K-remd-dense-x4.h5 (four
+# runs, 1,000,000 frames; run/long_runs.sh makes it) instead of the two-run x2.
+#   bash run/benchmark_300K.sh [OUT] [DATA]
+#   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 DENSE_STEPS=0 DENSE_FILE=ala2-300K-remd-dense-x2.h5
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
@@ -29,13 +31,15 @@ samples="${SAMPLES:-100000}"
 fab_steps="${FAB_STEPS:-0}"
 fab_batch="${FAB_BATCH:-2048}"
 dense_steps="${DENSE_STEPS:-0}"
+dense_file="${DENSE_FILE:-ala2-300K-remd-dense-x2.h5}"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "STEPS must be a positive whole number, got '$steps'" >&2; exit 2; }
 [[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
 [[ $dense_steps =~ ^[0-9]+$ ]] || { echo "DENSE_STEPS must be a whole number, got '$dense_steps'" >&2; exit 2; }
 [[ $fab_batch =~ ^[1-9][0-9]*$ ]] || { echo "FAB_BATCH must be a positive whole number, got '$fab_batch'" >&2; exit 2; }
+[[ $dense_file =~ ^[A-Za-z0-9._-]+\.h5$ ]] || { echo "DENSE_FILE must be a file name in DATA ending in .h5, got '$dense_file'" >&2; exit 2; }
 # bgp4 sweep would simulate a missing data file with plain MD: these must be the replica-exchange files
 sets=(ala2:ala2-300K-remd.h5:"$steps" ala4:ala4-300K-remd.h5:"$steps")
-[ "$dense_steps" -eq 0 ] || sets+=(ala2-dense:ala2-300K-remd-dense-x2.h5:"$dense_steps")
+[ "$dense_steps" -eq 0 ] || sets+=(ala2-dense:"$dense_file":"$dense_steps")
 for set in "${sets[@]}"; do
   file="${set#*:}"; file="${file%%:*}"
   [ -f "$data/$file" ] || { echo "no $data/$file: make it with run/long_runs.sh" >&2; exit 2; }

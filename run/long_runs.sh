@@ -44,6 +44,16 @@ for seed in 4 5; do
 done
 [ -f "$out/ala2-300K-remd-dense-x2.h5" ] || python "$(dirname "$0")/scripts/merge_data.py" \
   "$out/ala2-300K-remd-dense-x2.h5" "$out/ala2-300K-remd-dense-s4.h5" "$out/ala2-300K-remd-dense-s5.h5"
+# Two more seeds, the same way, for 1,000,000 frames (x4; run/benchmark_300K.sh with
+# DENSE_FILE=ala2-300K-remd-dense-x4.h5): each doubling of the frames has raised the ML rows so far.
+# About 2.2 h on one core each beside one other run (30-34 s per 1,000 iterations, measured in session 20).
+for seed in 6 7; do
+  bgp4 simulate --out "$out/ala2-300K-remd-dense-s$seed.h5" --temperature 300 --constraints none \
+    --replica-exchange 300:600:4 --frames 250000 --save-every 100 --equilibration-ps 100 --seed "$seed" \
+    --velocity-refresh exchange --quiet
+done
+[ -f "$out/ala2-300K-remd-dense-x4.h5" ] || python "$(dirname "$0")/scripts/merge_data.py" \
+  "$out/ala2-300K-remd-dense-x4.h5" "$out"/ala2-300K-remd-dense-s{4,5,6,7}.h5
 
 # Issue 27: alanine tetrapeptide at 300 K without constraints (120 flow dims), replica exchange over
 # 6 temperatures from 300 to 600 K, 25 ns kept at 300 K (150.6 ns of MD). About 5 h on one core
