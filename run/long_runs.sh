@@ -37,21 +37,20 @@ bgp4 simulate --out "$out/ala2-300K-remd.h5" --temperature 300 --constraints non
 # every 0.1 ps (100-step iterations; --velocity-refresh exchange redraws the velocities of exchanged
 # walkers only, so short iterations leave the 300 K distribution alone). 250,000 frames (25 ns at
 # 300 K, 100.4 ns of MD) per seed, about 1.8 h on one core each; the two seeds merged: 500,000 frames.
-for seed in 4 5; do
-  bgp4 simulate --out "$out/ala2-300K-remd-dense-s$seed.h5" --temperature 300 --constraints none \
-    --replica-exchange 300:600:4 --frames 250000 --save-every 100 --equilibration-ps 100 --seed "$seed" \
+dense_run() {  # seed
+  bgp4 simulate --out "$out/ala2-300K-remd-dense-s$1.h5" --temperature 300 --constraints none \
+    --replica-exchange 300:600:4 --frames 250000 --save-every 100 --equilibration-ps 100 --seed "$1" \
     --velocity-refresh exchange --quiet
-done
+}
+dense_run 4
+dense_run 5
 [ -f "$out/ala2-300K-remd-dense-x2.h5" ] || python "$(dirname "$0")/scripts/merge_data.py" \
   "$out/ala2-300K-remd-dense-x2.h5" "$out/ala2-300K-remd-dense-s4.h5" "$out/ala2-300K-remd-dense-s5.h5"
 # Two more seeds, the same way, for 1,000,000 frames (x4; run/benchmark_300K.sh with
 # DENSE_FILE=ala2-300K-remd-dense-x4.h5): each doubling of the frames has raised the ML rows so far.
 # About 2.2 h on one core each beside one other run (30-34 s per 1,000 iterations, measured in session 20).
-for seed in 6 7; do
-  bgp4 simulate --out "$out/ala2-300K-remd-dense-s$seed.h5" --temperature 300 --constraints none \
-    --replica-exchange 300:600:4 --frames 250000 --save-every 100 --equilibration-ps 100 --seed "$seed" \
-    --velocity-refresh exchange --quiet
-done
+dense_run 6
+dense_run 7
 [ -f "$out/ala2-300K-remd-dense-x4.h5" ] || python "$(dirname "$0")/scripts/merge_data.py" \
   "$out/ala2-300K-remd-dense-x4.h5" "$out"/ala2-300K-remd-dense-s{4,5,6,7}.h5
 
