@@ -316,3 +316,34 @@ def test_phi_positive_population_and_state_free_energy():
     assert balanced == pytest.approx(0.5) and analysis.state_free_energy(balanced) == pytest.approx(0.0, abs=1e-12)
     assert analysis.state_free_energy(0.0) == math.inf and analysis.state_free_energy(1.0) == -math.inf
     assert math.isnan(analysis.phi_positive_population(np.array([np.nan])))
+
+
+def test_ramachandran_tv_script_scores_files_against_a_reference(md_frames, molecule, tmp_path, capsys):
+    """run/scripts/ramachandran_tv.py: a file against itself scores 0, against another file the TV
+    of `ramachandran_tv` on their angles, reweighted by a samples file's log weights, and the floor
+    of `ramachandran_floor`."""
+    import importlib.util
+    from pathlib import Path
+
+    from bgp4.simulation.data import load_trajectory, write_trajectory
+
+    path = Path(__file__).resolve().parents[1] / "run" / "scripts" / "ramachandran_tv.py"
+    spec = importlib.util.spec_from_file_location("ramachandran_tv", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    frames, _ = md_frames
+    first, second = tmp_path / "a.h5", tmp_path / "b.h5"
+    write_trajectory(first, molecule.topology, iter([{"coordinates": frames[:2000]}]), {"temperature": 600.0})
+    log_w = np.random.default_rng(0).normal(size=1000)
+    extras = {"log_w": log_w, "in_domain": np.ones(1000, dtype=bool)}
+    write_trajectory(second, molecule.topology, iter([{"coordinates": frames[2000:]}]), {"temperature": 600.0}, extras)
+    script.main([str(first), str(first), str(second), "--floor", "500", "--weighted"])
+    out = capsys.readouterr().out
+    angles = (analysis.backbone_dihedrals(load_trajectory(f).xyz, molecule) for f in (first, second))
+    (phi, psi), (phi_b, psi_b) = angles
+    w = np.exp(log_w - log_w.max())
+    tv = analysis.ramachandran_tv(phi, psi, phi_b, psi_b)
+    tv_w = analysis.ramachandran_tv(phi, psi, phi_b, psi_b, weights=w / w.sum())
+    assert "a.h5 (2000): TV 0.0000;" in out
+    assert f"b.h5 (1000): TV {tv:.4f}, reweighted {tv_w:.4f};" in out and tv > 0 and tv_w != tv
+    assert f"floor at 500: TV {analysis.ramachandran_floor(phi, psi, 500)[1]:.4f}" in out
