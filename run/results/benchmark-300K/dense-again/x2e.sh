@@ -13,7 +13,7 @@ samples() {  # run: 20,000 samples refined by AIS(20) (samples.h5) and AIS(48) (
   [ -f $1/samples-k48-refined.h5 ] || python -m bgp4.cli sample $1 --n 20000 --out $1/samples-k48.h5 --refine 48 \
     --refine-steps 0 --workers 1 --quiet
   # 250,000 raw samples: the Ramachandran TV at the sample counts of the MD runs (250,000 frames each)
-  python -m bgp4.cli sample $1 --n 250000 --out $1/samples-250k.h5 --workers 1 --quiet
+  [ -f $1/samples-250k.h5 ] || python -m bgp4.cli sample $1 --n 250000 --out $1/samples-250k.h5 --workers 1 --quiet
 }
 { date -u; /usr/bin/time -f "x2e-ml wall %e s" python -m bgp4.cli train --data $X --model spline --steps 10000 \
     --eval-every 500 --batch 512 --augment --objective ml --energy-steps 0 --seed 0 --workers 1 --out $O/ml --quiet
