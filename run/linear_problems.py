@@ -22,9 +22,9 @@ import json
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import matplotlib
 import numpy as np
@@ -34,6 +34,28 @@ from matplotlib.figure import Figure
 from bgp4.analysis.plots import STYLE
 from bgp4.flows.p4inv import P4InvLinear, P4InvScheduler
 
+__all__ = [
+    "History",
+    "Method",
+    "Problem",
+    "effective_matrix",
+    "final_numbers",
+    "main",
+    "make_model",
+    "make_problems",
+    "negeye_summary",
+    "parse_args",
+    "plot_det_residual",
+    "plot_eigenvalues",
+    "plot_losses",
+    "report_problem",
+    "settings",
+    "sgd_step",
+    "step_counts",
+    "train",
+    "train_all",
+]
+
 LR = 1e-2
 BATCH = 256
 N_FORCE, N_CORRECT = 10, 50
@@ -42,6 +64,8 @@ LOSS_TOL = 1e-6  # "converged": the batch loss first falls below this
 # the merge bounds that P4InvLinear.penalty() uses by default.
 PAPER_PENALTY_BOUNDS = {"c0_min": -2.0, "c0_max": 15.0, "c1_min": -2.0, "c1_max": 15.0}
 COLORS = ("black", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+HISTORY_KEYS = ("step", "error", "logabsdet", "sign", "residual", "tracked_logabsdet")
+Scheduler = Optional[P4InvScheduler]  # None for a plain linear layer
 
 
 @dataclass
@@ -104,65 +128,80 @@ def effective_matrix(model: torch.nn.Module, kind: str) -> torch.Tensor:
     return torch.linalg.inv(weight) if kind == "inverse" else weight
 
 
-def train(problem: Problem, method: Method, seed: int, eig_records: int = 60) -> dict[str, Any]:
-    """SGD on ||M x - T x||^2 / n from M = I; returns histories (numpy arrays) and final numbers."""
-    target = problem.target
-    n, dtype = target.shape[0], target.dtype
-    torch.manual_seed(seed)  # v's initial and merge-time draws
-    data = torch.Generator().manual_seed(seed + 1)  # the same batches for every method
+def make_model(method: Method, n: int, dtype: torch.dtype) -> tuple[torch.nn.Module, torch.optim.SGD, Scheduler]:
+    """The identity as `method`'s layer, its SGD optimizer, and (P4Inv only) its merge schedule."""
     if method.kind == "linear":
         model = torch.nn.Linear(n, n, bias=False, dtype=dtype)
         with torch.no_grad():
             model.weight.copy_(torch.eye(n, dtype=dtype))
-        scheduler = None
-    else:
-        model = P4InvLinear(n, bias=False, dtype=dtype)
+        return model, torch.optim.SGD(model.parameters(), lr=LR), None
+    model = P4InvLinear(n, bias=False, dtype=dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    if method.kind != "linear":
-        scheduler = P4InvScheduler(model, optimizer, method.merge_every, N_FORCE, N_CORRECT)
-    record_every = max(1, problem.steps // 400)
-    eig_every = max(1, problem.steps // eig_records)
-    losses = np.empty(problem.steps)
-    keys = ("step", "error", "logabsdet", "sign", "residual", "tracked_logabsdet")
-    hist: dict[str, list[Any]] = {k: [] for k in keys}
-    eig_steps, eigs = [], []
-    start = time.perf_counter()
-    for step in range(problem.steps + 1):
-        if step % record_every == 0 or step == problem.steps:
-            m = effective_matrix(model, method.kind)
-            sign, logabsdet = torch.linalg.slogdet(m)
-            hist["step"].append(step)
-            hist["error"].append((m - target).abs().max().item())
-            hist["logabsdet"].append(logabsdet.item())
-            hist["sign"].append(sign.item())
-            hist["residual"].append(model.residual() if scheduler else 0.0)
-            # P4Inv's own running log|det| (merges only), next to the recomputed one above.
-            with torch.no_grad():
-                tracked = model.slogdet()[1].item() if scheduler else logabsdet.item()
-            hist["tracked_logabsdet"].append(-tracked if method.kind == "inverse" else tracked)
-            if step % eig_every == 0 or step == problem.steps:
-                eig_steps.append(step)
-                eigs.append(torch.linalg.eigvals(m).numpy())
-        if step == problem.steps:
-            break
-        x = torch.randn(BATCH, n, generator=data, dtype=dtype)
-        y = x @ target.T
-        if method.kind == "linear":
-            pred = model(x)
-        else:
-            pred = (model(x) if method.kind == "p4inv" else model.inverse(x))[0]
-        loss = ((pred - y) ** 2).mean()
-        losses[step] = loss.item()
-        if scheduler and problem.penalty > 0:
-            loss = loss + problem.penalty * model.penalty(**PAPER_PENALTY_BOUNDS)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if scheduler:
-            scheduler.step()
+    return model, optimizer, P4InvScheduler(model, optimizer, method.merge_every, N_FORCE, N_CORRECT)
+
+
+@dataclass
+class History:
+    """What `train` records of M along the way: its numbers every few steps, its eigenvalues less often."""
+
+    kind: str  # the Method's
+    target: torch.Tensor
+    p4inv: bool  # a P4Inv layer (stored inverse, tracked determinant)
+    hist: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in HISTORY_KEYS})
+    eig_steps: list[int] = field(default_factory=list)
+    eigs: list[np.ndarray] = field(default_factory=list)
+
+    def record(self, model: torch.nn.Module, step: int, eigenvalues: bool) -> None:
+        """Append step's error, log|det| and residual (and, if `eigenvalues`, the eigenvalues) of M."""
+        m = effective_matrix(model, self.kind)
+        sign, logabsdet = torch.linalg.slogdet(m)
+        self.hist["step"].append(step)
+        self.hist["error"].append((m - self.target).abs().max().item())
+        self.hist["logabsdet"].append(logabsdet.item())
+        self.hist["sign"].append(sign.item())
+        self.hist["residual"].append(model.residual() if self.p4inv else 0.0)
+        # P4Inv's own running log|det| (merges only), next to the recomputed one above.
+        with torch.no_grad():
+            tracked = model.slogdet()[1].item() if self.p4inv else logabsdet.item()
+        self.hist["tracked_logabsdet"].append(-tracked if self.kind == "inverse" else tracked)
+        if eigenvalues:
+            self.eig_steps.append(step)
+            self.eigs.append(torch.linalg.eigvals(m).numpy())
+
+
+def sgd_step(
+    model: torch.nn.Module,
+    kind: str,
+    optimizer: torch.optim.SGD,
+    scheduler: Scheduler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    penalty: float,
+) -> float:
+    """One SGD step on the batch (x, y); returns the squared error before the penalty."""
+    if kind == "linear":
+        pred = model(x)
+    else:
+        pred = (model(x) if kind == "p4inv" else model.inverse(x))[0]
+    loss = ((pred - y) ** 2).mean()
+    error = loss.item()
+    if scheduler and penalty > 0:
+        loss = loss + penalty * model.penalty(**PAPER_PENALTY_BOUNDS)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if scheduler:
+        scheduler.step()
+    return error
+
+
+def final_numbers(
+    losses: np.ndarray, hist: dict[str, list[Any]], seconds: float, model: torch.nn.Module, scheduler: Scheduler
+) -> dict[str, Any]:
+    """The run's summary: final loss and error, steps to convergence, det; for P4Inv its residual and schedule."""
     below = np.flatnonzero(losses < LOSS_TOL)
     result = {
-        "seconds": time.perf_counter() - start,
+        "seconds": seconds,
         "final_loss": float(losses[-10:].mean()),
         "steps_to_loss_1e-6": int(below[0]) + 1 if below.size else None,
         "final_max_error": hist["error"][-1],
@@ -177,13 +216,36 @@ def train(problem: Problem, method: Method, seed: int, eig_records: int = 60) ->
         with torch.no_grad():
             sign, logabsdet = model.slogdet()
         result.update(tracked_sign_det=float(sign), tracked_logabsdet=float(logabsdet))
-    arrays = {k: np.asarray(v) for k, v in hist.items()}
+    return result
+
+
+def train(problem: Problem, method: Method, seed: int, eig_records: int = 60) -> dict[str, Any]:
+    """SGD on ||M x - T x||^2 / n from M = I; returns histories (numpy arrays) and final numbers."""
+    target = problem.target
+    n, dtype = target.shape[0], target.dtype
+    torch.manual_seed(seed)  # v's initial and merge-time draws
+    data = torch.Generator().manual_seed(seed + 1)  # the same batches for every method
+    model, optimizer, scheduler = make_model(method, n, dtype)
+    record_every = max(1, problem.steps // 400)
+    eig_every = max(1, problem.steps // eig_records)
+    losses = np.empty(problem.steps)
+    history = History(method.kind, target, scheduler is not None)
+    start = time.perf_counter()
+    for step in range(problem.steps + 1):
+        last = step == problem.steps
+        if step % record_every == 0 or last:
+            history.record(model, step, eigenvalues=step % eig_every == 0 or last)
+        if last:
+            break
+        x = torch.randn(BATCH, n, generator=data, dtype=dtype)
+        losses[step] = sgd_step(model, method.kind, optimizer, scheduler, x, x @ target.T, problem.penalty)
+    result = final_numbers(losses, history.hist, time.perf_counter() - start, model, scheduler)
     return {
         "result": result,
         "loss": losses,
-        "hist": arrays,
-        "eig_steps": np.asarray(eig_steps),
-        "eigs": np.stack(eigs),
+        "hist": {k: np.asarray(v) for k, v in history.hist.items()},
+        "eig_steps": np.asarray(history.eig_steps),
+        "eigs": np.stack(history.eigs),
     }
 
 
@@ -258,7 +320,8 @@ def plot_det_residual(runs: dict[str, dict[str, Any]], path: Path) -> None:
     _save(fig, path)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/linear_problems"))
     parser.add_argument("--steps", type=int, default=None, help="SGD steps for every problem")
@@ -266,62 +329,85 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--jobs", type=int, default=2, help="training runs in parallel (one thread each)")
-    args = parser.parse_args(argv)
-    # Small matrices: one thread per run avoids thread-pool wake-ups that cost more than the math.
-    torch.set_num_threads(1)
+    return parser.parse_args(argv)
+
+
+def step_counts(args: argparse.Namespace) -> dict[str, int]:
+    """SGD steps per problem: the full run's, or --quick's, or --steps for all."""
     steps = {"posdef": 20000, "orthogonal": 30000, "negeye": 50000}
     if args.quick:
         steps = {k: 150 for k in steps}
     if args.steps is not None:
         steps = {k: args.steps for k in steps}
+    return steps
+
+
+def train_all(jobs: list[tuple[Problem, Method]], seed: int, n_jobs: int) -> list[dict[str, Any]]:
+    """`train` of every (problem, method), in that order; `n_jobs` processes of one thread each if > 1."""
+    if n_jobs > 1:
+        with ProcessPoolExecutor(n_jobs, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            futures = [pool.submit(train, p, m, seed) for p, m in jobs]
+            return [f.result() for f in futures]
+    return [train(p, m, seed) for p, m in jobs]
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The summary's record of the fixed settings."""
+    return {
+        "lr": LR,
+        "batch": BATCH,
+        "data": "x ~ N(0, I)",
+        "loss": "mean over batch and dims",
+        "seed": args.seed,
+        "dtype": args.dtype,
+        "n_force": N_FORCE,
+        "n_correct": N_CORRECT,
+    }
+
+
+def report_problem(problem: Problem, runs: dict[str, dict[str, Any]], out: Path) -> dict[str, Any]:
+    """Print a line per method and plot the problem's figures; returns its entry of the summary."""
+    for label, run in runs.items():
+        r = run["result"]
+        print(
+            f"{problem.name:10s} {label:18s} loss {r['final_loss']:.2e}  max|M-T| {r['final_max_error']:.2e}"
+            f"  steps to 1e-6: {r['steps_to_loss_1e-6']}  residual {r.get('final_residual', 0):.1e}"
+            f" (max {r.get('max_residual', 0):.1e})  ({r['seconds']:.1f} s)"
+        )
+    plot_losses(problem, runs, out / f"{problem.name}_loss.png")
+    plot_eigenvalues(problem, runs, out / f"{problem.name}_eigenvalues.png")
+    return {"steps": problem.steps, "penalty": problem.penalty, **{label: run["result"] for label, run in runs.items()}}
+
+
+def negeye_summary(r: dict[str, Any]) -> dict[str, Any]:
+    """From P4Inv N=1's result on -I: whether it got there with a correct determinant and inverse."""
+    return {
+        "negeye_reached": bool(r["final_max_error"] < 1e-2 and r["tracked_sign_det"] < 0 and r["final_sign_det"] < 0),
+        # Roundoff amplified while A is near singular: float64 keeps this near 1e-11.
+        "negeye_tracked_logdet_error": r["tracked_logabsdet"] - r["final_logabsdet"],
+        "negeye_inverse_recovered": bool(r["final_residual"] < 1e-5),
+        "negeye_peak_residual": r["max_residual"],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train every method on every problem, plot, print and write the summary; returns it."""
+    args = parse_args(argv)
+    # Small matrices: one thread per run avoids thread-pool wake-ups that cost more than the math.
+    torch.set_num_threads(1)
+    steps = step_counts(args)
     args.out.mkdir(parents=True, exist_ok=True)
     problems = make_problems(args.seed, getattr(torch, args.dtype), steps)
     jobs = [(p, m) for p in problems for m in p.methods]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            futures = [pool.submit(train, p, m, args.seed) for p, m in jobs]
-            done = [f.result() for f in futures]
-    else:
-        done = [train(p, m, args.seed) for p, m in jobs]
-    summary: dict[str, Any] = {
-        "settings": {
-            "lr": LR,
-            "batch": BATCH,
-            "data": "x ~ N(0, I)",
-            "loss": "mean over batch and dims",
-            "seed": args.seed,
-            "dtype": args.dtype,
-            "n_force": N_FORCE,
-            "n_correct": N_CORRECT,
-        }
-    }
+    done = train_all(jobs, args.seed, args.jobs)
+    summary: dict[str, Any] = {"settings": settings(args)}
     with matplotlib.rc_context(STYLE):
         for problem in problems:
             runs = {m.label: run for (p, m), run in zip(jobs, done) if p is problem}
-            summary[problem.name] = {
-                "steps": problem.steps,
-                "penalty": problem.penalty,
-                **{label: run["result"] for label, run in runs.items()},
-            }
-            for label, run in runs.items():
-                r = run["result"]
-                print(
-                    f"{problem.name:10s} {label:18s} loss {r['final_loss']:.2e}  max|M-T| {r['final_max_error']:.2e}"
-                    f"  steps to 1e-6: {r['steps_to_loss_1e-6']}  residual {r.get('final_residual', 0):.1e}"
-                    f" (max {r.get('max_residual', 0):.1e})  ({r['seconds']:.1f} s)"
-                )
-            plot_losses(problem, runs, args.out / f"{problem.name}_loss.png")
-            plot_eigenvalues(problem, runs, args.out / f"{problem.name}_eigenvalues.png")
+            summary[problem.name] = report_problem(problem, runs, args.out)
             if problem.name == "negeye":
                 plot_det_residual(runs, args.out / "negeye_det_residual.png")
-                r = runs["P4Inv N=1"]["result"]
-                summary["negeye_reached"] = bool(
-                    r["final_max_error"] < 1e-2 and r["tracked_sign_det"] < 0 and r["final_sign_det"] < 0
-                )
-                # Roundoff amplified while A is near singular: float64 keeps this near 1e-11.
-                summary["negeye_tracked_logdet_error"] = r["tracked_logabsdet"] - r["final_logabsdet"]
-                summary["negeye_inverse_recovered"] = bool(r["final_residual"] < 1e-5)
-                summary["negeye_peak_residual"] = r["max_residual"]
+                summary.update(negeye_summary(runs["P4Inv N=1"]["result"]))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable))
     print(f"negeye_reached: {summary['negeye_reached']}")
     print(f"negeye_inverse_recovered: {summary['negeye_inverse_recovered']}")

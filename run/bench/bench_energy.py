@@ -17,13 +17,35 @@ import argparse
 import multiprocessing as mp
 import sys
 import time
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import openmm
 
-# Heavy imports (torch, bgp4) stay inside main(): spawned bare workers re-import this module.
+if TYPE_CHECKING:  # for the annotations only: at run time these are imported where they are used
+    import torch
+
+    from bgp4.simulation.energy import OpenMMEnergy
+
+# Heavy imports (torch, bgp4) stay inside the functions: spawned bare workers re-import this module.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+__all__ = [
+    "bare_worker",
+    "best_times",
+    "main",
+    "md_frames",
+    "parse_args",
+    "print_rates",
+    "run_autograd",
+    "run_bare",
+    "run_numpy",
+    "start_bare_workers",
+    "stop_bare_workers",
+]
 
 
 def md_frames(system: openmm.System, positions: np.ndarray, n_frames: int, seed: int = 7) -> np.ndarray:
@@ -62,14 +84,105 @@ def bare_worker(xml: str, platform_name: str, props: dict, frames: np.ndarray, c
         conn.send(float(energies.sum()))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--platform", default="auto")
     parser.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def start_bare_workers(
+    xml: str, platform_name: str, props: dict, frames: np.ndarray, n_workers: int
+) -> tuple[list[Connection], list[BaseProcess]]:
+    """Spawn `n_workers` bare contexts, each holding its share of the frames; returns once all are ready."""
+    spawn = mp.get_context("spawn")
+    conns, procs = [], []
+    for part in np.array_split(frames, n_workers):
+        parent_end, child_end = spawn.Pipe()
+        proc = spawn.Process(target=bare_worker, args=(xml, platform_name, props, part, child_end), daemon=True)
+        proc.start()
+        conns.append(parent_end)
+        procs.append(proc)
+    for conn in conns:
+        assert conn.recv() == "ready"
+    return conns, procs
+
+
+def stop_bare_workers(conns: list[Connection], procs: list[BaseProcess]) -> None:
+    for conn in conns:
+        conn.send("stop")
+    for proc in procs:
+        proc.join(5)
+
+
+def run_bare(conns: list[Connection]) -> float:
+    """Wall time of one pass of the bare workers over all frames."""
+    start = time.perf_counter()
+    for conn in conns:
+        conn.send("go")
+    for conn in conns:
+        conn.recv()
+    return time.perf_counter() - start
+
+
+def run_autograd(energy: OpenMMEnergy, x: torch.Tensor) -> float:
+    """Wall time of `reduced_energy` + backward on x (n, n_atoms * 3)."""
+    start = time.perf_counter()
+    xg = x.clone().requires_grad_(True)
+    energy.reduced_energy(xg).sum().backward()
+    return time.perf_counter() - start
+
+
+def run_numpy(energy: OpenMMEnergy, frames: np.ndarray) -> float:
+    """Wall time of `reduced_energies_forces` on the frames."""
+    start = time.perf_counter()
+    energy.reduced_energies_forces(frames)
+    return time.perf_counter() - start
+
+
+def best_times(
+    system: openmm.System, frames: np.ndarray, conns: list[Connection], args: argparse.Namespace
+) -> dict[str, float]:
+    """The shortest wall time of each way ("bare", "autograd", "numpy") over --reps interleaved rounds."""
+    import torch
+
+    from bgp4.simulation.energy import OpenMMEnergy
+
+    x = torch.from_numpy(frames.reshape(len(frames), -1).copy())
+    best = {"bare": np.inf, "autograd": np.inf, "numpy": np.inf}
+    with OpenMMEnergy(system, 600.0, n_workers=args.workers, platform=args.platform) as energy:
+        timers = (
+            ("bare", lambda: run_bare(conns)),
+            ("autograd", lambda: run_autograd(energy, x)),
+            ("numpy", lambda: run_numpy(energy, frames)),
+        )
+        for _ in range(args.reps):  # interleaved, so load from other programs hits all alike
+            for name, fn in timers:
+                best[name] = min(best[name], fn())
+    return best
+
+
+def print_rates(best: dict[str, float], n_frames: int, platform_name: str, workers: int, torch_threads: int) -> None:
+    """The `name: value` lines: throughputs (evaluations/s) and their ratios to the bare one."""
+    rate = {name: n_frames / seconds for name, seconds in best.items()}
+    print(f"platform: {platform_name}")
+    print(f"workers: {workers}")
+    print(f"torch_threads: {torch_threads}")
+    print(f"frames: {n_frames}")
+    print(f"openmm_energy_evals_per_s: {rate['autograd']:.0f}")
+    print(f"openmm_energy_numpy_evals_per_s: {rate['numpy']:.0f}")
+    print(f"bare_evals_per_s: {rate['bare']:.0f}")
+    print(f"energy_efficiency: {rate['autograd'] / rate['bare']:.3f}")
+    print(f"energy_efficiency_numpy: {rate['numpy'] / rate['bare']:.3f}")
+
+
+def main() -> None:
+    """Time OpenMMEnergy and the bare contexts on the same MD frames and print the throughputs."""
+    args = parse_args()
 
     import torch
 
@@ -77,7 +190,6 @@ def main() -> None:
         torch.set_num_threads(args.torch_threads)
 
     from bgp4.platform import get_platform
-    from bgp4.simulation.energy import OpenMMEnergy
     from bgp4.simulation.molecule import get_molecule
 
     molecule = get_molecule()
@@ -85,60 +197,10 @@ def main() -> None:
     frames = md_frames(molecule.system, molecule.positions, args.frames)
     print(f"setup_md_s: {time.perf_counter() - t0:.2f}")
     platform, props = get_platform(args.platform, molecule.n_atoms)
-    xml = molecule.system_xml()
-
-    spawn = mp.get_context("spawn")
-    conns, procs = [], []
-    for part in np.array_split(frames, args.workers):
-        parent_end, child_end = spawn.Pipe()
-        proc = spawn.Process(target=bare_worker, args=(xml, platform.getName(), props, part, child_end), daemon=True)
-        proc.start()
-        conns.append(parent_end)
-        procs.append(proc)
-    for conn in conns:
-        assert conn.recv() == "ready"
-
-    def run_bare() -> float:
-        start = time.perf_counter()
-        for conn in conns:
-            conn.send("go")
-        for conn in conns:
-            conn.recv()
-        return time.perf_counter() - start
-
-    x = torch.from_numpy(frames.reshape(len(frames), -1).copy())
-    best = {"bare": np.inf, "autograd": np.inf, "numpy": np.inf}
-    with OpenMMEnergy(molecule.system, 600.0, n_workers=args.workers, platform=args.platform) as energy:
-
-        def run_autograd() -> float:
-            start = time.perf_counter()
-            xg = x.clone().requires_grad_(True)
-            energy.reduced_energy(xg).sum().backward()
-            return time.perf_counter() - start
-
-        def run_numpy() -> float:
-            start = time.perf_counter()
-            energy.reduced_energies_forces(frames)
-            return time.perf_counter() - start
-
-        for _ in range(args.reps):  # interleaved, so load from other programs hits all alike
-            for name, fn in (("bare", run_bare), ("autograd", run_autograd), ("numpy", run_numpy)):
-                best[name] = min(best[name], fn())
-    for conn in conns:
-        conn.send("stop")
-    for proc in procs:
-        proc.join(5)
-
-    rate = {name: len(frames) / seconds for name, seconds in best.items()}
-    print(f"platform: {platform.getName()}")
-    print(f"workers: {args.workers}")
-    print(f"torch_threads: {torch.get_num_threads()}")
-    print(f"frames: {len(frames)}")
-    print(f"openmm_energy_evals_per_s: {rate['autograd']:.0f}")
-    print(f"openmm_energy_numpy_evals_per_s: {rate['numpy']:.0f}")
-    print(f"bare_evals_per_s: {rate['bare']:.0f}")
-    print(f"energy_efficiency: {rate['autograd'] / rate['bare']:.3f}")
-    print(f"energy_efficiency_numpy: {rate['numpy'] / rate['bare']:.3f}")
+    conns, procs = start_bare_workers(molecule.system_xml(), platform.getName(), props, frames, args.workers)
+    best = best_times(molecule.system, frames, conns, args)
+    stop_bare_workers(conns, procs)
+    print_rates(best, len(frames), platform.getName(), args.workers, torch.get_num_threads())
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,30 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bgp4.flows import AffineCoupling, P4InvScheduler  # noqa: E402
-from bgp4.generator.model import build_generator, n_parameters  # noqa: E402
+from bgp4.generator.model import BoltzmannGenerator, build_generator, n_parameters  # noqa: E402
 from bgp4.generator.train import grad_norm  # noqa: E402
 from bgp4.simulation.molecule import get_molecule  # noqa: E402
+
+__all__ = [
+    "PlainCoupling",
+    "PlainRNVP",
+    "PlainSwap",
+    "build_runs",
+    "compiled_nll",
+    "copy_weights",
+    "main",
+    "md_frames",
+    "parse_args",
+    "plain_nll",
+    "plain_vs_fast_diff",
+    "precomputed_nll",
+    "print_times",
+    "time_steps",
+]
+
+KINDS = ("rnvp", "p4inv", "spline", "spline-p4inv")
+Loss = Callable[[torch.Tensor], torch.Tensor]  # per-sample loss of a Cartesian batch
+Run = tuple[nn.Module, Loss, bool]  # (module, its loss, fused Adam as `bgp4 train`)
 
 
 def md_frames(molecule, n_frames: int, seed: int = 11) -> np.ndarray:
@@ -124,7 +146,8 @@ def copy_weights(fast_layers, plain: PlainRNVP) -> None:
             p.scale.copy_(f.scale)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
@@ -136,84 +159,90 @@ def main() -> None:
         default=True,
         help="also time the torch.compile'd step (`bgp4 train --compile`); about 2 min the first time",
     )
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    molecule = get_molecule()
-    frames = md_frames(molecule, args.frames)
-    batch = torch.as_tensor(frames[:256], dtype=torch.float32)
+    return parser.parse_args()
 
-    models = {
-        kind: build_generator(kind, frames, molecule=molecule) for kind in ("rnvp", "p4inv", "spline", "spline-p4inv")
-    }
-    for kind, model in models.items():
-        print(f"parameters_{kind}: {n_parameters(model)}")
-    transform = models["rnvp"].transform
-    plain = PlainRNVP(transform.n_dims, 25, 60)
-    print(f"parameters_plain_rnvp: {n_parameters(plain)}")
 
-    # Same function: random (non-identity) weights in the fast model, copied into the plain one.
+def plain_vs_fast_diff(fast: BoltzmannGenerator, plain: PlainRNVP, batch: torch.Tensor) -> float:
+    """Largest |difference| of z and log det between the fast RNVP and the plain one holding its weights."""
+    # Random (non-identity) weights in the fast model, so that the comparison is not trivial.
     with torch.no_grad():
-        for p in models["rnvp"].flow.parameters():
+        for p in fast.flow.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    copy_weights(models["rnvp"].flow.layers, plain)
-    y, _ = transform.from_cartesian(batch)
+    copy_weights(fast.flow.layers, plain)
+    y, _ = fast.transform.from_cartesian(batch)
     with torch.no_grad():
-        (z_fast, ld_fast), (z_plain, ld_plain) = models["rnvp"].flow.inverse(y), plain.inverse(y)
-    diff = max((z_fast - z_plain).abs().max().item(), (ld_fast - ld_plain).abs().max().item())
-    print(f"plain_vs_fast_max_abs_diff: {diff:.3g}")
+        (z_fast, ld_fast), (z_plain, ld_plain) = fast.flow.inverse(y), plain.inverse(y)
+    return max((z_fast - z_plain).abs().max().item(), (ld_fast - ld_plain).abs().max().item())
 
-    def plain_nll(x: torch.Tensor) -> torch.Tensor:
+
+def plain_nll(transform: nn.Module, plain: PlainRNVP) -> Loss:
+    """The plain RNVP's loss of a Cartesian batch: the transform in every step."""
+
+    def nll(x: torch.Tensor) -> torch.Tensor:
         y, logdet_cart = transform.from_cartesian(x)
         z, logdet_flow = plain.inverse(y)
         return -(-0.5 * z.square().sum(1) + logdet_flow + logdet_cart)
 
-    def compiled(model):
-        """`bgp4 train --compile on`: the same step with the likelihood compiled (timed once here)."""
-        nll = torch.compile(precomputed(model, batch_of(model)), dynamic=False)
-        start = time.perf_counter()
-        nll(batch).mean().backward()
-        model.zero_grad(set_to_none=True)
-        print(f"compile_s_{model.config['kind']}: {time.perf_counter() - start:.1f}")
-        return nll
+    return nll
 
+
+def precomputed_nll(model: BoltzmannGenerator, coords: tuple[torch.Tensor, torch.Tensor], n: int = 256) -> Loss:
+    """The step as `bgp4 train` runs it: flow coordinates of all frames computed once (its batch is ignored)."""
+    y_k, ld_k = coords
+
+    def nll(_batch: torch.Tensor) -> torch.Tensor:
+        z, logdet_flow = model.flow.inverse(y_k[:n])
+        return -(model.prior_log_prob(z) + logdet_flow + ld_k[:n])
+
+    return nll
+
+
+def compiled_nll(
+    model: BoltzmannGenerator, coords: tuple[torch.Tensor, torch.Tensor], batch: torch.Tensor, n: int
+) -> Loss:
+    """`bgp4 train --compile on`: the same step with the likelihood compiled (timed once here)."""
+    nll = torch.compile(precomputed_nll(model, coords, n), dynamic=False)
+    start = time.perf_counter()
+    nll(batch).mean().backward()
+    model.zero_grad(set_to_none=True)
+    print(f"compile_s_{model.config['kind']}: {time.perf_counter() - start:.1f}")
+    return nll
+
+
+def build_runs(
+    models: dict[str, BoltzmannGenerator],
+    plain: PlainRNVP,
+    frames: np.ndarray,
+    batch: torch.Tensor,
+    args: argparse.Namespace,
+) -> dict[str, Run]:
+    """name: (module, loss of a Cartesian batch, fused Adam), in the order the steps are timed and printed."""
     coords = {
         kind: model.flow_coordinates(torch.as_tensor(frames, dtype=torch.float32)) for kind, model in models.items()
     }
 
-    def batch_of(model) -> int:
-        return args.spline_batch if model.config["kind"].startswith("spline") else 256
+    def batch_of(kind: str) -> int:
+        return args.spline_batch if kind.startswith("spline") else 256
 
-    def precomputed(model, n: int = 256):
-        """The step as `bgp4 train` runs it: flow coordinates of all frames computed once."""
-        y_k, ld_k = coords[model.config["kind"]]
-
-        def nll(_batch: torch.Tensor) -> torch.Tensor:
-            z, logdet_flow = model.flow.inverse(y_k[:n])
-            return -(model.prior_log_prob(z) + logdet_flow + ld_k[:n])
-
-        return nll
-
-    # name: (module, loss of a Cartesian batch, fused Adam)
-    runs = {
-        "rnvp": (models["rnvp"], precomputed(models["rnvp"]), True),
-        "p4inv": (models["p4inv"], precomputed(models["p4inv"]), True),
-        "spline": (models["spline"], precomputed(models["spline"], args.spline_batch), True),
-        "spline-p4inv": (models["spline-p4inv"], precomputed(models["spline-p4inv"], args.spline_batch), True),
-        **(
-            {f"{kind}_compiled": (models[kind], compiled(models[kind]), True) for kind in models}
-            if args.compile
-            else {}
-        ),
-        "rnvp_from_cartesian": (models["rnvp"], models["rnvp"].nll, False),
-        "p4inv_from_cartesian": (models["p4inv"], models["p4inv"].nll, False),
-        "plain_rnvp": (plain, plain_nll, False),
+    runs: dict[str, Run] = {
+        kind: (model, precomputed_nll(model, coords[kind], batch_of(kind)), True) for kind, model in models.items()
     }
+    if args.compile:
+        for kind, model in models.items():
+            runs[f"{kind}_compiled"] = (model, compiled_nll(model, coords[kind], batch, batch_of(kind)), True)
+    runs["rnvp_from_cartesian"] = (models["rnvp"], models["rnvp"].nll, False)
+    runs["p4inv_from_cartesian"] = (models["p4inv"], models["p4inv"].nll, False)
+    runs["plain_rnvp"] = (plain, plain_nll(models["rnvp"].transform, plain), False)
+    return runs
+
+
+def time_steps(runs: dict[str, Run], batch: torch.Tensor, steps: int, warmup: int = 3) -> dict[str, list[float]]:
+    """ms of each run's training step, `steps` times after `warmup` untimed ones, the runs interleaved."""
     opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4, fused=fused or None) for k, (m, _, fused) in runs.items()}
     # bgp4 train's extra per-step work: the finiteness check of the gradient and the P4Inv schedule
     schedulers = {k: P4InvScheduler(m, opts[k]) for k, (m, _, fused) in runs.items() if fused and "p4inv" in k}
     times: dict[str, list[float]] = {k: [] for k in runs}
-    for step in range(args.steps + 3):
+    for step in range(steps + warmup):
         for name, (module, nll, fused) in runs.items():
             start = time.perf_counter()
             loss = nll(batch).mean()
@@ -224,16 +253,39 @@ def main() -> None:
             opts[name].step()
             if name in schedulers:
                 schedulers[name].step()
-            if step >= 3:  # warm-up
+            if step >= warmup:
                 times[name].append(1e3 * (time.perf_counter() - start))
+    return times
+
+
+def print_times(times: dict[str, list[float]], compiled: bool) -> None:
+    """The step times' `name: value` lines (median and minimum, ms) and the speedups over the plain RNVP."""
     for name, t in times.items():
         print(f"train_step_ms_{name}: {statistics.median(t):.1f}")
         print(f"train_step_ms_min_{name}: {min(t):.1f}")
     plain_ms = statistics.median(times["plain_rnvp"])
     print(f"flow_speedup_vs_plain: {plain_ms / statistics.median(times['rnvp']):.2f}")
     print(f"flow_speedup_vs_plain_same_inputs: {plain_ms / statistics.median(times['rnvp_from_cartesian']):.2f}")
-    if args.compile:
+    if compiled:
         print(f"flow_speedup_vs_plain_compiled: {plain_ms / statistics.median(times['rnvp_compiled']):.2f}")
+
+
+def main() -> None:
+    """Build the generators on fresh MD frames, check plain = fast RNVP, then time and print the steps."""
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    molecule = get_molecule()
+    frames = md_frames(molecule, args.frames)
+    batch = torch.as_tensor(frames[:256], dtype=torch.float32)
+    models = {kind: build_generator(kind, frames, molecule=molecule) for kind in KINDS}
+    for kind, model in models.items():
+        print(f"parameters_{kind}: {n_parameters(model)}")
+    plain = PlainRNVP(models["rnvp"].transform.n_dims, 25, 60)
+    print(f"parameters_plain_rnvp: {n_parameters(plain)}")
+    print(f"plain_vs_fast_max_abs_diff: {plain_vs_fast_diff(models['rnvp'], plain, batch):.3g}")
+    runs = build_runs(models, plain, frames, batch, args)
+    print_times(time_steps(runs, batch, args.steps), args.compile)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bgp4.analysis.weights import lineage_ess, reverse_ess, reverse_ess_interval  # noqa: E402
 from bgp4.generator.model import load_generator  # noqa: E402
-from bgp4.generator.refine import GeneratorTarget, run_levels, schedule, start, tune_step_sizes  # noqa: E402
+from bgp4.generator.refine import (  # noqa: E402
+    Chains,
+    GeneratorTarget,
+    run_levels,
+    schedule,
+    start,
+    tune_step_sizes,
+)
 from bgp4.settings import RefineSettings  # noqa: E402
 from bgp4.simulation.energy import OpenMMEnergy  # noqa: E402
+
+__all__ = ["Refined", "frozen_run", "main", "parse_args", "refine", "report"]
 
 
 def frozen_run(run: Path, threads: int = 0):
@@ -44,7 +54,21 @@ def frozen_run(run: Path, threads: int = 0):
     return bg, float(json.loads((run / "complete.json").read_text())["temperature"])
 
 
-def main() -> None:
+@dataclass
+class Refined:
+    """One K's annealed chains, with the pilot's evaluations and the wall times of each phase."""
+
+    chains: Chains
+    raw: torch.Tensor  # the starting samples' log weights
+    pilot_evals: int
+    pilot_s: float
+    start_s: float
+    levels_s: float
+    per_level: np.ndarray  # s per level
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="run directory holding model.pt and complete.json")
     parser.add_argument("--n", type=int, default=10_000)
@@ -63,7 +87,68 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="energy processes (0: one per core)")
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def refine(target: GeneratorTarget, z0: torch.Tensor, levels: int, args: argparse.Namespace) -> Refined:
+    """Tune the step sizes on the pilot, then anneal a copy of z0 through `levels` levels, timed."""
+    betas = schedule(levels, args.power)
+    t0 = time.perf_counter()
+    sizes, pilot_evals = tune_step_sizes(
+        target,
+        betas,
+        args.steps,
+        args.leapfrog,
+        n=args.pilot,
+        seed=args.seed + 1,
+        independence=args.independence,
+    )
+    t1 = time.perf_counter()
+    gen = torch.Generator().manual_seed(args.seed)
+    chains = start(target, z0.clone(), levels, args.steps)
+    raw = chains.log_ratio.clone()
+    t2 = time.perf_counter()
+    stamps = []
+    run_levels(
+        target,
+        chains,
+        betas,
+        sizes,
+        args.steps,
+        args.leapfrog,
+        gen,
+        args.resample_ess,
+        on_level=lambda c, stamps=stamps: stamps.append(time.perf_counter()),
+        independence=args.independence,
+    )
+    t3 = time.perf_counter()
+    per_level = np.diff([t2, *stamps]) if stamps else np.zeros(1)
+    return Refined(chains, raw, pilot_evals, t1 - t0, t2 - t1, t3 - t2, per_level)
+
+
+def report(levels: int, r: Refined, args: argparse.Namespace) -> str:
+    """The `K=levels:` line of one K's costs, acceptance, ESS and normalizer."""
+    chains = r.chains
+    evals = chains.n_evals + r.pilot_evals
+    log_z = float(torch.logsumexp(chains.log_w, 0) - np.log(args.n))
+    return (
+        f"K={levels}: pilot_s: {r.pilot_s:.1f}  start_s: {r.start_s:.1f}  levels_s: {r.levels_s:.1f}"
+        f"  s_per_level: {r.per_level.mean():.2f}  evals: {evals}  evals_per_sample: {evals / args.n:.1f}"
+        f"  evals_per_s: {(chains.n_evals - args.n) / max(r.levels_s, 1e-9):.0f}"
+        f"  acceptance: {np.nanmean(chains.acceptance) if levels and args.steps else float('nan'):.2f}"
+        f"  independence_acceptance: {_first_last(chains.independence_acceptance)}"
+        f"  ess_raw: {reverse_ess(r.raw.cpu()):.4f} {_interval(r.raw)}"
+        f"  ess_refined: {reverse_ess(chains.log_w.cpu()):.4f}"
+        f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
+        f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}"
+        f"  lineage_ess: {lineage_ess(chains.log_w.cpu().numpy(), chains.ancestor.cpu().numpy()):.4f}"
+        f"  lineages: {chains.ancestor.unique().numel()}"
+    )
+
+
+def main() -> None:
+    """Refine the same prior draws with every K of --levels and print a line of results per K."""
+    args = parse_args()
     bg, temperature = frozen_run(args.run, args.threads)
     molecule = bg.molecule()
     print(
@@ -76,53 +161,7 @@ def main() -> None:
         target = GeneratorTarget(bg, energy)
         z0 = target.sample_base(args.n, generator=torch.Generator().manual_seed(args.seed))
         for levels in args.levels:
-            betas = schedule(levels, args.power)
-            t0 = time.perf_counter()
-            sizes, pilot_evals = tune_step_sizes(
-                target,
-                betas,
-                args.steps,
-                args.leapfrog,
-                n=args.pilot,
-                seed=args.seed + 1,
-                independence=args.independence,
-            )
-            t1 = time.perf_counter()
-            gen = torch.Generator().manual_seed(args.seed)
-            chains = start(target, z0.clone(), levels, args.steps)
-            raw = chains.log_ratio.clone()
-            t2 = time.perf_counter()
-            stamps = []
-            run_levels(
-                target,
-                chains,
-                betas,
-                sizes,
-                args.steps,
-                args.leapfrog,
-                gen,
-                args.resample_ess,
-                on_level=lambda c, stamps=stamps: stamps.append(time.perf_counter()),
-                independence=args.independence,
-            )
-            t3 = time.perf_counter()
-            evals = chains.n_evals + pilot_evals
-            per_level = np.diff([t2, *stamps]) if stamps else np.zeros(1)
-            log_z = float(torch.logsumexp(chains.log_w, 0) - np.log(args.n))
-            print(
-                f"K={levels}: pilot_s: {t1 - t0:.1f}  start_s: {t2 - t1:.1f}  levels_s: {t3 - t2:.1f}"
-                f"  s_per_level: {per_level.mean():.2f}  evals: {evals}  evals_per_sample: {evals / args.n:.1f}"
-                f"  evals_per_s: {(chains.n_evals - args.n) / max(t3 - t2, 1e-9):.0f}"
-                f"  acceptance: {np.nanmean(chains.acceptance) if levels and args.steps else float('nan'):.2f}"
-                f"  independence_acceptance: {_first_last(chains.independence_acceptance)}"
-                f"  ess_raw: {reverse_ess(raw.cpu()):.4f} {_interval(raw)}"
-                f"  ess_refined: {reverse_ess(chains.log_w.cpu()):.4f}"
-                f" {_interval(chains.log_w)}  top10_weight: {_top_share(chains.log_w):.3f}"
-                f"  log_z: {log_z:.3f}  resampled_levels: {int(chains.resampled.sum())}"
-                f"  lineage_ess: {lineage_ess(chains.log_w.cpu().numpy(), chains.ancestor.cpu().numpy()):.4f}"
-                f"  lineages: {chains.ancestor.unique().numel()}",
-                flush=True,
-            )
+            print(report(levels, refine(target, z0, levels, args), args), flush=True)
 
 
 def _first_last(rates: np.ndarray) -> str:

@@ -31,6 +31,19 @@ import sys
 import time
 from pathlib import Path
 
+__all__ = [
+    "bgp4",
+    "cpu_times",
+    "idle_at_end",
+    "main",
+    "parse_args",
+    "sequential_run",
+    "summarize",
+    "sweep_records",
+    "timed_sweep",
+    "write_timeline",
+]
+
 QUICK_MD = ["--frames", "100000", "--save-every", "25", "--equilibration-ps", "20"]
 QUICK_TRAIN = ["--steps", "4000", "--energy-steps", "400", "--eval-every", "500"]
 QUICK_SAMPLES = "20000"
@@ -86,44 +99,42 @@ def write_timeline(runs_dir: Path, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/sweep-bench"))
     parser.add_argument("--models", default="rnvp,p4inv")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="tiny settings: a smoke test of this script")
     parser.add_argument("--sweep-only", action="store_true", help="skip the sequential runs (no speedup figure)")
-    a = parser.parse_args()
-    md, train, samples = (TINY_MD, TINY_TRAIN, TINY_SAMPLES) if a.tiny else (QUICK_MD, QUICK_TRAIN, QUICK_SAMPLES)
-    data = a.out / "data.h5"
-    if not data.exists():
-        bgp4("simulate", "--out", str(data), *md, "--quiet")
+    return parser.parse_args()
 
-    runs = [(m, s) for m in a.models.split(",") for s in range(a.seeds)]
-    sequential: dict[str, float] = {}
-    for model, seed in [] if a.sweep_only else runs:
-        run = a.out / "sequential" / f"{model}-s{seed}"
-        sequential[run.name] = (
-            bgp4(
-                "train",
-                "--data",
-                str(data),
-                "--model",
-                model,
-                "--seed",
-                str(seed),
-                "--out",
-                str(run),
-                "--device",
-                "cpu",
-                *train,
-                "--quiet",
-            )
-            + bgp4("sample", str(run), "--n", samples, "--seed", str(seed), "--device", "cpu", "--quiet")
-            + bgp4("analyze", "--data", str(data), str(run), "--out", str(run / "report"), "--seed", str(seed))
+
+def sequential_run(data: Path, run: Path, model: str, seed: int, train: list[str], samples: str) -> float:
+    """Train, sample and analyze one run with the plain CLI; returns the summed wall time in s."""
+    return (
+        bgp4(
+            "train",
+            "--data",
+            str(data),
+            "--model",
+            model,
+            "--seed",
+            str(seed),
+            "--out",
+            str(run),
+            "--device",
+            "cpu",
+            *train,
+            "--quiet",
         )
-    t_sequential = sum(sequential.values())
+        + bgp4("sample", str(run), "--n", samples, "--seed", str(seed), "--device", "cpu", "--quiet")
+        + bgp4("analyze", "--data", str(data), str(run), "--out", str(run / "report"), "--seed", str(seed))
+    )
 
+
+def timed_sweep(a: argparse.Namespace, data: Path, train: list[str], samples: str) -> tuple[float, float]:
+    """Run `bgp4 sweep` of all runs; returns its wall time in s and the share of CPU time busy meanwhile."""
     busy0, total0 = cpu_times()
     t_sweep = bgp4(
         "sweep",
@@ -141,7 +152,11 @@ def main() -> None:
         "--quiet",
     )
     busy1, total1 = cpu_times()
-    runs_dir = a.out / "sweep" / "runs"
+    return t_sweep, (busy1 - busy0) / (total1 - total0)
+
+
+def sweep_records(runs_dir: Path) -> tuple[dict[str, float], dict[str, float], list[dict]]:
+    """Per run its tasks' wall time and its training's wall time; and every task's record."""
     tasks = {p.parent.name: json.loads(p.read_text())["task_wall_s"] for p in runs_dir.glob("*/sweep-done.json")}
     trained = {p.parent.name: json.loads(p.read_text())["wall_s"] for p in runs_dir.glob("*/complete.json")}
     records = [
@@ -150,15 +165,28 @@ def main() -> None:
         for line in p.read_text().splitlines()
         if line.strip()
     ]
+    return tasks, trained, records
+
+
+def idle_at_end(records: list[dict]) -> dict[str, float]:
+    """Per worker, the s between the end of its own last task and the end of the sweep's last task."""
     last = max(r["ended"] for r in records)
-    idle_at_end = {
+    return {
         w: round(last - max(r["ended"] for r in records if r["worker"] == w), 1) for w in {r["worker"] for r in records}
     }
+
+
+def summarize(
+    a: argparse.Namespace, n_runs: int, sequential: dict[str, float], t_sweep: float, cpu_busy: float
+) -> dict:
+    """The printed and saved result: wall times, speedup, the sweep's overhead and its tasks' times."""
+    t_sequential = sum(sequential.values())
+    tasks, trained, records = sweep_records(a.out / "sweep" / "runs")
     cores = len(os.sched_getaffinity(0))
-    workers = min(cores, len(runs))
+    workers = min(cores, n_runs)
     ideal = sum(tasks.values()) / workers
-    result = {
-        "runs": len(runs),
+    return {
+        "runs": n_runs,
         "cores": cores,
         "workers": workers,
         "sequential_s": None if a.sweep_only else round(t_sequential, 1),
@@ -169,14 +197,32 @@ def main() -> None:
         "task_s_beyond_training": {k: round(v - trained.get(k, 0.0), 1) for k, v in tasks.items()},
         "builds": sum(1 for r in records if r.get("build_s")),
         "build_s": round(sum(r.get("build_s", 0.0) for r in records), 1),
-        "idle_before_the_last_task_ended_s": idle_at_end,
+        "idle_before_the_last_task_ended_s": idle_at_end(records),
         "speedup": None if a.sweep_only else round(t_sequential / t_sweep, 3),
         "sweep_overhead": round(t_sweep / ideal - 1.0, 4),
-        "cpu_busy_during_sweep": round((busy1 - busy0) / (total1 - total0), 3),
+        "cpu_busy_during_sweep": round(cpu_busy, 3),
     }
+
+
+def main() -> None:
+    """MD data, then the sequential runs and the sweep, timed; prints and saves the result."""
+    a = parse_args()
+    md, train, samples = (TINY_MD, TINY_TRAIN, TINY_SAMPLES) if a.tiny else (QUICK_MD, QUICK_TRAIN, QUICK_SAMPLES)
+    data = a.out / "data.h5"
+    if not data.exists():
+        bgp4("simulate", "--out", str(data), *md, "--quiet")
+
+    runs = [(m, s) for m in a.models.split(",") for s in range(a.seeds)]
+    sequential: dict[str, float] = {}
+    for model, seed in [] if a.sweep_only else runs:
+        run = a.out / "sequential" / f"{model}-s{seed}"
+        sequential[run.name] = sequential_run(data, run, model, seed, train, samples)
+
+    t_sweep, cpu_busy = timed_sweep(a, data, train, samples)
+    result = summarize(a, len(runs), sequential, t_sweep, cpu_busy)
     print(json.dumps(result, indent=1))
     (a.out / "sweep_quick.json").write_text(json.dumps(result, indent=1))
-    write_timeline(runs_dir, a.out / "tasks.txt")
+    write_timeline(a.out / "sweep" / "runs", a.out / "tasks.txt")
 
 
 if __name__ == "__main__":
