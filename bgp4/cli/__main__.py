@@ -4,5 +4,7 @@ import sys
 
 from bgp4.cli import main
 
+__all__ = []
+
 if __name__ == "__main__":  # pytest's --doctest-modules imports this module too
     sys.exit(main())

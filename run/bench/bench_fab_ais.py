@@ -37,6 +37,8 @@ from bench_refine import frozen_run  # noqa: E402
 from bgp4.generator.fab import FabSampler  # noqa: E402
 from bgp4.simulation.energy import OpenMMEnergy  # noqa: E402
 
+__all__ = ["time_settings", "main"]
+
 
 def _setting(text: str) -> tuple[int, int]:
     moves, independence = (int(v) for v in text.split("/"))

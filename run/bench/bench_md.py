@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+__all__ = ["bare_steps_per_s", "simulate_steps_per_s", "main"]
+
 # Spawned bare workers re-import this module: they find bgp4 from a plain checkout too.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 

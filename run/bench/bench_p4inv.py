@@ -26,6 +26,8 @@ from torch.nn import functional as F
 from bgp4.flows.base import Flow
 from bgp4.flows.p4inv import P4InvLinear
 
+__all__ = ["StandardLinear", "LULinear", "kl_evaluation", "time_layers", "main"]
+
 BATCH = 32
 
 

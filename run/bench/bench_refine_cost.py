@@ -36,6 +36,8 @@ from bench_refine import frozen_run  # noqa: E402
 from bgp4.generator.refine import GeneratorTarget  # noqa: E402
 from bgp4.simulation.energy import OpenMMEnergy  # noqa: E402
 
+__all__ = ["compile_report", "main"]
+
 # K = 20 with `bgp4 sample --refine 20`'s moves (one independence + one MALA move per level) on
 # 100,000 samples: 1 + 20 x 2 = 41 per sample, plus the 1,000-sample pilot's 1 + 20 x 4 (0.81)
 EVALS_PER_SAMPLE_K20 = 41.8

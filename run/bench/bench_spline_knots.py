@@ -34,6 +34,8 @@ from bgp4.flows import splines  # noqa: E402
 from bgp4.generator.losses import likelihood_loss  # noqa: E402
 from bgp4.generator.model import build_generator  # noqa: E402
 
+__all__ = ["zuko_knots", "passes", "main"]
+
 
 def zuko_knots(self: splines.RQSpline, params: torch.Tensor) -> MonotonicRQSTransform:
     k = self.bins

@@ -18,6 +18,8 @@ import torch
 from bgp4.generator.train import prepare_training
 from bgp4.settings import TrainSettings
 
+__all__ = ["main"]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

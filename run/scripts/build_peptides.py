@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bgp4.simulation.molecule import PEPTIDES  # noqa: E402
 from bgp4.simulation.peptide import build_capped_peptide  # noqa: E402
 
+__all__ = ["main"]
+
 RESOURCES = Path(__file__).resolve().parents[2] / "bgp4" / "simulation" / "resources"
 
 

@@ -19,6 +19,8 @@ from bgp4.analysis import estimators as analysis
 from bgp4.analysis.weights import reverse_ess
 from bgp4.simulation.data import load_trajectory
 
+__all__ = ["kish", "main"]
+
 
 def kish(w: np.ndarray) -> float:
     """Kish ESS per sample of linear weights (zeros allowed), through the package's one Kish ESS."""

@@ -21,6 +21,8 @@ from bgp4.analysis.weights import log_weights, reverse_ess, reverse_ess_interval
 from bgp4.generator.model import load_generator
 from bgp4.simulation.energy import OpenMMEnergy
 
+__all__ = ["ess_of", "main"]
+
 CHUNK = 5_000
 
 

@@ -35,6 +35,8 @@ from bgp4.simulation._records import FRAMES_FILE, record_dtype  # noqa: E402
 from bgp4.simulation.data import load_trajectory  # noqa: E402
 from bgp4.simulation.molecule import get_molecule  # noqa: E402
 
+__all__ = ["phi_of", "md_blocks", "weighted_se", "df_error", "reweighted", "main"]
+
 
 def _frames(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
     """(xyz (n, atoms, 3) nm, replica (n,), settings) of an MD file or of a running simulation's

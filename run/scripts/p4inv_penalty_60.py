@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+__all__ = ["train_command", "layer_log_dets", "main"]
+
 
 def train_command(data: Path, run: Path, weight: float, steps: int) -> list[str]:
     return [

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from bgp4.report.aggregate import collect, paired_difference, t_interval
 
+__all__ = ["per_seed", "compare", "main"]
+
 _METRICS = ("reverse_ess", "log10_reverse_ess", "ramachandran_tv", "ramachandran_tv_reweighted")
 DEFAULT_METRICS = ",".join(_METRICS + ("dF_phi_reweighted_kT", "test_nll"))
 

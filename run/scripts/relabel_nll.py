@@ -23,6 +23,8 @@ from bgp4.generator.model import load_generator
 from bgp4.simulation.atoms import rotor_hydrogens
 from bgp4.simulation.data import load_trajectory, relabel_rotors
 
+__all__ = ["main"]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -38,6 +38,8 @@ from bgp4.analysis.residues import residue_dihedrals, residue_torsions
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import check_same_molecule
 
+__all__ = ["md_lengths", "phi_state", "summary", "compare", "report", "main"]
+
 
 def md_lengths(settings: dict[str, Any], n_frames: int) -> dict[str, float]:
     """ns of MD behind a data file: its kept trajectory, and all of it (every temperature of a

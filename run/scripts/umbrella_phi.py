@@ -38,6 +38,8 @@ from bgp4.analysis.estimators import N_BLOCKS, backbone_dihedrals, block_standar
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import kT
 
+__all__ = ["biased_context", "run_windows", "mbar_p_positive", "main"]
+
 EQUILIBRATION_PS = 20.0
 
 
