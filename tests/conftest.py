@@ -48,6 +48,16 @@ def md_frames(molecule):
     return langevin_frames(molecule, seed=1234, n=3000, every=10, equilibrate=5000)
 
 
+@pytest.fixture(scope="session")
+def md_file(tmp_path_factory):
+    """A `bgp4 simulate` file: 3,000 frames of two 600 K replicas (seeded)."""
+    from bgp4.simulation.md import MDSettings, simulate
+
+    path = tmp_path_factory.mktemp("data") / "ala2.h5"
+    simulate(path, MDSettings(frames=3000, equilibration_ps=2.0, replicas=2, seed=11), progress=False)
+    return path
+
+
 @pytest.fixture
 def cli():
     """Run `bgp4 ARGS` in this process (no interpreter start-up); returns returncode, stdout, stderr.

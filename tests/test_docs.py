@@ -4,7 +4,8 @@ Every ```python block of docs/ is an example a reader may paste into a script or
 so each one runs on its own from an empty directory, both ways. Pages show anything costly as a
 ```bash command instead, except an example that starts worker processes (a sweep on a local Dask
 cluster): it needs the `if __name__ == "__main__":` guard in a script, which is the one use of
-`__name__` an example may make, and it runs in the slow tests only.
+`__name__` an example may make, and it runs in the slow tests only. So does an example that
+imports more than numpy and the weights functions: torch or OpenMM start in its fresh interpreter.
 """
 
 from __future__ import annotations
@@ -77,10 +78,29 @@ def _guards(code: str) -> int:
     return sum(isinstance(node, ast.If) and ast.unparse(node.test) == GUARD for node in ast.parse(code).body)
 
 
+#: What an example may import and still run among the fast tests (no torch, no OpenMM).
+LIGHT_IMPORTS = {"numpy", "bgp4.analysis.weights"}
+
+
+def _imports(code: str) -> set[str]:
+    """The modules an example imports."""
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+    return found
+
+
 def _params() -> list:
     # an example with the guard starts worker processes (multiprocessing spawn imports the script
-    # again in each): it takes more than a few seconds
-    return [pytest.param(code, id=name, marks=[pytest.mark.slow] if _guards(code) else []) for name, code in EXAMPLES]
+    # again in each): it takes more than a few seconds; one that imports torch or OpenMM (most of
+    # bgp4) spends seconds starting its interpreter
+    return [
+        pytest.param(code, id=name, marks=[pytest.mark.slow] if _guards(code) or _imports(code) - LIGHT_IMPORTS else [])
+        for name, code in EXAMPLES
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -144,6 +164,7 @@ def _public_names(module: str) -> list[str]:
     return [node.name for node in tree.body if isinstance(node, kinds) and not node.name.startswith("_")]
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")

@@ -216,6 +216,7 @@ def test_close_leaves_no_child_process(molecule, frames):
     energy.close()  # idempotent
 
 
+@pytest.mark.slow
 def test_killed_worker_is_replaced(molecule, frames):
     with OpenMMEnergy(molecule.system, 600.0, n_workers=2) as energy:
         expected = energy.energies_kjmol(frames)
@@ -233,6 +234,7 @@ def die_mid_request(worker, frames, want_forces):
     worker.proc.wait()
 
 
+@pytest.mark.slow
 def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
     real_send, deaths = _energy_pool.Worker.send, []
 
@@ -251,6 +253,7 @@ def test_worker_dying_mid_request_is_retried(molecule, frames, monkeypatch):
         np.testing.assert_array_equal(got[1], expected[1])
 
 
+@pytest.mark.slow
 def test_worker_dying_twice_raises_bgp4_error(molecule, frames, monkeypatch):
     with OpenMMEnergy(molecule.system, 600.0, n_workers=1) as energy:
         monkeypatch.setattr(_energy_pool.Worker, "send", die_mid_request)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "run" / "scripts" / "equal_evaluations.py"
 
 
@@ -26,6 +28,7 @@ def _run(root: Path, name: str, ess: float, frames: int, energy: int, curve: lis
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
+@pytest.mark.slow
 def test_points_count_md_frames_by_their_steps_and_draw(tmp_path):
     runs = {
         "spline-ml-s0": {"model": "spline-ml", "kind": "spline", "objective": "ml", "seed": 0},
@@ -53,6 +56,7 @@ def test_points_count_md_frames_by_their_steps_and_draw(tmp_path):
     assert points["ml"][0]["final"] == (10000, 0.5)
 
 
+@pytest.mark.slow
 def test_a_run_outside_the_sweep_joins_by_its_report(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({"runs": {}}))
     _run(tmp_path / "elsewhere", "scratch", 0.4, 0, 3000, [(0, 1000, 0.2), (0, 3000, 0.4)])

@@ -64,6 +64,7 @@ def test_kinetic_temperature_near_target(short_run):
     assert abs(np.mean(temperature) - 600.0) < 30.0
 
 
+@pytest.mark.slow
 def test_same_seed_same_frames(tmp_path):
     settings = MDSettings(frames=40, equilibration_ps=0.2, replicas=1, seed=3)
     a = simulate(tmp_path / "a.h5", settings, progress=False)
@@ -71,6 +72,7 @@ def test_same_seed_same_frames(tmp_path):
     assert np.array_equal(load_trajectory(a).xyz, load_trajectory(b).xyz)
 
 
+@pytest.mark.slow
 def test_script_without_main_guard_simulates(tmp_path):
     """Replicas are `python -m` processes, so a plain script may call simulate at top level."""
     script = tmp_path / "script.py"
@@ -87,6 +89,7 @@ def test_script_without_main_guard_simulates(tmp_path):
     assert load_trajectory(tmp_path / "s.h5").n_frames == 60
 
 
+@pytest.mark.slow
 def test_failed_replica_is_one_clear_error_and_a_rerun_resumes(tmp_path):
     out, work = tmp_path / "f.h5", tmp_path / "f.h5.partial"
     settings = MDSettings(frames=40, equilibration_ps=0.1, replicas=2, seed=3)
@@ -100,6 +103,7 @@ def test_failed_replica_is_one_clear_error_and_a_rerun_resumes(tmp_path):
     assert not work.exists()
 
 
+@pytest.mark.slow
 def test_partial_run_resumes_shorter_as_a_fresh_run_of_that_length(tmp_path):
     settings = MDSettings(frames=40, equilibration_ps=0.1, replicas=2, seed=3, platform="Reference")
     fresh = load_trajectory(simulate(tmp_path / "fresh.h5", settings, progress=False))
@@ -230,22 +234,20 @@ def test_partial_run_with_other_settings_is_refused(tmp_path):
         (["--molecule", "benzene"], "unknown molecule"),
     ],
 )
-def test_bad_input_is_refused_cleanly(tmp_path, args, message):
+def test_bad_input_is_refused_cleanly(tmp_path, cli, args, message):
     out = tmp_path / "bad.h5"
-    proc = _cli("simulate", "--out", str(out), *args, cwd=tmp_path)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 2
-    assert message in stderr and "Traceback" not in stderr
-    assert len(stderr.strip().splitlines()) == 1
+    result = cli("simulate", "--out", str(out), *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert not out.exists() and not (tmp_path / "bad.h5.partial").exists()
 
 
-def test_finished_file_is_not_overwritten(tmp_path):
+def test_finished_file_is_not_overwritten(tmp_path, cli):
     out = tmp_path / "done.h5"
     out.write_bytes(b"precious")
-    proc = _cli("simulate", "--out", str(out), "--frames", "5", cwd=tmp_path)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 2 and "--overwrite" in stderr
+    result = cli("simulate", "--out", str(out), "--frames", "5")
+    assert result.returncode == 2 and "--overwrite" in result.stderr
     assert out.read_bytes() == b"precious"
 
 

@@ -106,6 +106,7 @@ def test_sample_log_q_matches_log_prob(kind, frames, molecule):
     assert torch.allclose(model.log_prob(x[ok].reshape(-1, 66)), log_p)
 
 
+@pytest.mark.slow
 def test_sample_is_differentiable_and_nll_trains(frames, molecule):
     torch.manual_seed(2)
     model = build_generator("p4inv", frames, blocks=2, molecule=molecule)

@@ -170,6 +170,7 @@ def test_alpha_target_doubles_the_raw_log_weight_and_its_gradient():
     torch.testing.assert_close(raw.log_ratio, p.log_p(z) - log_q)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("power", [2.0, 1.0])
 def test_ais_weights_towards_p2_over_q_are_exact(power):
     """q = N(0, I), p a two-component mixture: the mean AIS weight estimates the integral of p^2/q,
@@ -193,6 +194,7 @@ def test_ais_weights_towards_p2_over_q_are_exact(power):
     assert np.all(annealed.acceptance > 0.3) and np.all(sampler.step_sizes > INITIAL_STEP)  # accepting: larger steps
 
 
+@pytest.mark.slow
 def test_ais_towards_p2_over_q_is_exact_through_a_flow_and_transform_with_jacobians():
     """A random RNVP flow and x = 1.7 y: the AIS estimate of the integral of p^2/q must contain
     its value on a grid, where q comes from the inverse map and a numerical Jacobian only (a sign
@@ -215,6 +217,7 @@ def test_the_fab_objective_runs_its_ais_on_the_settings_schedule():
         np.testing.assert_allclose(objective.sampler.betas, (np.arange(6) / 5) ** power)
 
 
+@pytest.mark.slow
 def test_fab_hmc_moves_take_the_settings_leapfrog_steps_and_stay_exact():
     """HMC moves of 3 leapfrog steps: 3 evaluations a move, and the AIS estimate of the integral
     of p^2/q still contains its grid value."""

@@ -165,6 +165,7 @@ def test_round_trip_on_md_frames(tetrapeptide, tetra_frames):
     assert float((back - transform.superpose(x)).norm(dim=-1).max()) < 1e-5
 
 
+@pytest.mark.slow
 def test_simulate_the_tetrapeptide(cli, tmp_path):
     out = tmp_path / "tetra.h5"
     args = ("--frames", 200, "--equilibration-ps", 1, "--replicas", 1, "--quiet", "--out", out)

@@ -48,6 +48,7 @@ def _angles(n, centre):
     return phi, psi
 
 
+@pytest.mark.slow
 def test_energy_violins(tmp_path, drawn):
     md = RNG.normal(-20.0, 4.0, 500)
     model = RNG.normal(-17.0, 5.0, 400)
@@ -83,6 +84,7 @@ def test_energy_violins(tmp_path, drawn):
         plots.energy_violins(columns, fractions, tmp_path / "bad", clip=(1.0, 1.0))
 
 
+@pytest.mark.slow
 def test_ramachandran_panels(tmp_path, drawn):
     md = _angles(2000, (-2.0, 2.5))
     model = _angles(1000, (-1.5, -0.5))
@@ -140,6 +142,7 @@ def test_free_energy_phi(tmp_path, drawn):
         plots.free_energy_phi({"bad": (np.zeros(3), np.zeros(4))}, tmp_path / "bad")
 
 
+@pytest.mark.slow
 def test_training_curves(tmp_path, drawn):
     records = []
     for step in range(0, 600):
@@ -224,6 +227,7 @@ def _layout(fig):
     return [(ax.get_ylabel(), ax.get_xlabel(), ax.get_yscale()) for ax in fig.axes if ax.get_visible()]
 
 
+@pytest.mark.slow
 def test_training_curves_of_a_mixed_run_keep_their_panels(tmp_path, drawn):
     """The objectives without sampling panels (ml, mixed) draw the three panels they always had,
     in one row, although mixed logs a batch ESS, a KL and energy evaluations too."""
@@ -240,6 +244,7 @@ def test_training_curves_of_a_mixed_run_keep_their_panels(tmp_path, drawn):
         assert all(ax.get_shared_x_axes().joined(drawn[0].axes[0], ax) for ax in drawn[0].axes)
 
 
+@pytest.mark.slow
 def test_training_curves_of_a_fab_run_show_ess_against_evaluations(tmp_path, drawn):
     records = _fab_records()
     _finish(tmp_path, "fab", records)
@@ -270,6 +275,7 @@ def test_training_curves_of_a_fab_run_show_ess_against_evaluations(tmp_path, dra
     assert _labels(loss_ax) == ["FAB loss"]
 
 
+@pytest.mark.slow
 def test_training_curves_of_a_kl_run_without_data(tmp_path, drawn):
     """kl from scratch: its batch ESS is the flow's ESS; no likelihood at all, so no empty panel."""
     records = [{"global_step": 0, "phase": "ml", "step": 0, "test_nll": None, "energy_evaluations": 0}]

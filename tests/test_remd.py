@@ -193,6 +193,7 @@ def _harmonic_wells(n: int, k: float) -> openmm.System:
     return system
 
 
+@pytest.mark.slow
 def test_velocity_refresh_keeps_langevin_middle_sampling_of_fast_modes():
     """LangevinMiddle samples a harmonic well's positions exactly at any time step: <U> = 3/2 kT a
     particle. A mode as fast as a free X-H stretch at 1 fs (dt omega = 0.6) keeps that through the
@@ -417,6 +418,7 @@ def test_timestep_error_names_the_limit_of_the_constraints_in_force():
         MDSettings(constraints="none", timestep_fs=1.5).resolved()
 
 
+@pytest.mark.slow
 def test_same_seed_same_frames(tiny_run, tmp_path):
     again = simulate(tmp_path / "again.h5", TINY, progress=False)
     first, second = load_trajectory(tiny_run, extras=("walker",)), load_trajectory(again, extras=("walker",))
@@ -441,6 +443,7 @@ def _interrupt_after(iterations: int):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [False, True], ids=["from-checkpoint", "damaged-storage"])
 def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, capsys, damage):
     monkeypatch.setattr(remd, "SEGMENT_ITERATIONS", 20)
@@ -635,6 +638,7 @@ def test_merge_data_script_concatenates_frames_of_one_target(tiny_run, tmp_path)
     assert not (tmp_path / "m2.h5").exists()
 
 
+@pytest.mark.slow
 def test_subset_data_script_takes_every_kth_frame_and_keeps_the_md_cost(tiny_run, tmp_path):
     """run/scripts/subset_data.py: frames start, start + K, ...; save_every times K, so the MD
     behind the subset is counted; a subset past the input's end is refused with nothing written."""

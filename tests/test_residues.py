@@ -93,6 +93,7 @@ def test_block_standard_error_known_answers():
     assert math.isnan(analysis.state_free_energy_error(0.0, 0.01))
 
 
+@pytest.mark.slow
 def test_residue_ramachandran_draws_a_row_per_residue(tmp_path, monkeypatch):
     figures = []
     save = plots._save

@@ -24,6 +24,7 @@ TINY = dict(blocks=2, hidden=32, batch=64, steps=100, energy_steps=5, eval_every
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
+    """MD data and a trained, sampled p4inv run. Its cost (seconds) puts every test that uses it in `slow`."""
     root = tmp_path_factory.mktemp("pipeline")
     data = root / "ala2.h5"
     simulate(data, MDSettings(frames=2000, equilibration_ps=2.0, replicas=2, seed=5), progress=False)
@@ -33,6 +34,7 @@ def trained_run(tmp_path_factory):
     return data, run
 
 
+@pytest.mark.slow
 def test_samples_file_holds_energies_and_weights(trained_run, molecule):
     _, run = trained_run
     path = run / "samples.h5"
@@ -56,6 +58,7 @@ def test_samples_file_holds_energies_and_weights(trained_run, molecule):
         assert s.energies[i] == pytest.approx(e, rel=1e-3, abs=0.5)
 
 
+@pytest.mark.slow
 def test_sampling_is_skipped_when_complete_and_refused_with_other_settings(trained_run):
     _, run = trained_run
     summary, sampled = sample_run(run, SampleSettings(n=600, batch=250, workers=1), progress=False)
@@ -64,6 +67,7 @@ def test_sampling_is_skipped_when_complete_and_refused_with_other_settings(train
         sample_run(run, SampleSettings(n=700, batch=250, workers=1), progress=False)
 
 
+@pytest.mark.slow
 def test_same_seed_same_samples(trained_run, tmp_path):
     _, run = trained_run
     a = tmp_path / "a.h5"
@@ -84,6 +88,7 @@ def test_weights_status_from_complete_json():
     assert not defined and note
 
 
+@pytest.mark.slow
 def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkeypatch):
     from bgp4.analysis import plots
 
@@ -178,6 +183,7 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
     assert reweighted[3] == NOT_DEFINED and reweighted[4].startswith(f"{new['p_phi_positive_reweighted']:.3g}")
 
 
+@pytest.mark.slow
 def test_held_out_log_q_is_the_runs_test_likelihood(trained_run):
     """The forward ESS's log q of held-out MD frames, from model.pt: its mean is the test NLL training logged."""
     from bgp4.report.costs import held_out_log_q
@@ -191,6 +197,7 @@ def test_held_out_log_q_is_the_runs_test_likelihood(trained_run):
     assert some.size == 50 and np.isin(some, frames).all()
 
 
+@pytest.mark.slow
 def test_analyze_without_a_peptide_backbone(trained_run, tmp_path, monkeypatch):
     """A molecule with no residue that has both phi and psi: energies and weights only, one line says why."""
     from bgp4.analysis.metrics import PAIR_KEYS
@@ -210,6 +217,7 @@ def test_analyze_without_a_peptide_backbone(trained_run, tmp_path, monkeypatch):
     assert "| reverse ESS" in report and "ramachandran.png" not in report
 
 
+@pytest.mark.slow
 def test_analyze_refuses_run_without_samples_and_other_molecule(trained_run, tmp_path, cli):
     data, run = trained_run
     empty = tmp_path / "empty"
@@ -268,6 +276,7 @@ def test_pipeline_runs_and_skips_complete_stages(tmp_path, monkeypatch):
     assert sum("skipped" in line for line in said) == 6, said
 
 
+@pytest.mark.slow
 def test_sample_and_analyze_commands_succeed(trained_run, tmp_path, cli):
     import re
 
@@ -289,6 +298,7 @@ def test_sample_and_analyze_commands_succeed(trained_run, tmp_path, cli):
     assert metrics["temperature_K"] == 600.0 and metrics["models"]["p4inv"]["n_samples"] == 600
 
 
+@pytest.mark.slow
 def test_temperature_must_be_known_to_sample_and_analyze(trained_run, tmp_path):
     import shutil
 
@@ -325,6 +335,7 @@ def test_every_preset_holds_valid_settings():
             assert model in preset["models"] and RefineSettings(**refine).validated().levels > 0
 
 
+@pytest.mark.slow
 def test_analyze_against_other_md_of_the_same_molecule_uses_its_frames_for_forward_ess(trained_run, tmp_path):
     """Another MD file of the same molecule and system: analyze works, and the forward ESS is
     computed on that file's own frames (independent of training), with a note saying so."""

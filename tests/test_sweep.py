@@ -43,7 +43,8 @@ TINY_PARTS = [*TINY[: TINY.index("--steps")], "--steps", "300", *TINY[TINY.index
 
 @pytest.fixture(scope="module")
 def data_file(tmp_path_factory) -> Path:
-    """3,000 frames of a short simulation (seeded: the same file on every machine)."""
+    """3,000 frames of a short simulation (seeded: the same file on every machine), which the tiny
+    sweeps train on. Tests that only plan a sweep, or refuse one, take the session's `md_file`."""
     from bgp4.simulation.md import MDSettings, simulate
 
     path = tmp_path_factory.mktemp("data") / "ala2.h5"
@@ -58,7 +59,7 @@ def _cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedPro
     )
 
 
-def _one_line_error(result: subprocess.CompletedProcess) -> str:
+def _one_line_error(result) -> str:
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
@@ -121,13 +122,13 @@ def test_report_says_which_differences_are_significant():
 # --------------------------------------------------------------------------- bad input
 
 
-def test_plan_validates_models_seeds_and_existing_runs(data_file, tmp_path):
+def test_plan_validates_models_seeds_and_existing_runs(md_file, tmp_path):
     base = TrainSettings(steps=10)
     with pytest.raises(InputError, match="unknown model"):
-        plan_sweep(tmp_path / "s", data_file, ["rnvp", "nope"], 2, base, 100)
+        plan_sweep(tmp_path / "s", md_file, ["rnvp", "nope"], 2, base, 100)
     with pytest.raises(InputError, match="--seeds"):
-        plan_sweep(tmp_path / "s", data_file, list(MODELS[:1]), 0, base, 100)
-    plan = plan_sweep(tmp_path / "s", data_file, list(MODELS), 2, base, 100, threads_per_run=2)
+        plan_sweep(tmp_path / "s", md_file, list(MODELS[:1]), 0, base, 100)
+    plan = plan_sweep(tmp_path / "s", md_file, list(MODELS), 2, base, 100, threads_per_run=2)
     assert [(r.model, r.seed) for r in plan.runs] == [(m, s) for m in MODELS for s in (0, 1)]
     assert all(r.train["workers"] == 2 and r.train["device"] == "cpu" for r in plan.runs)
     assert not (tmp_path / "s").exists()
@@ -136,14 +137,14 @@ def test_plan_validates_models_seeds_and_existing_runs(data_file, tmp_path):
     run.mkdir(parents=True)
     (run / "settings.json").write_text(json.dumps({**plan.runs[0].train, "steps": 11}))
     with pytest.raises(InputError, match="steps"):
-        plan_sweep(tmp_path / "s", data_file, list(MODELS), 2, base, 100)
+        plan_sweep(tmp_path / "s", md_file, list(MODELS), 2, base, 100)
 
 
-def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
+def test_per_model_settings_replace_the_shared_ones(md_file, tmp_path):
     base = TrainSettings(steps=10)
     plan = plan_sweep(
         tmp_path / "s",
-        data_file,
+        md_file,
         ["rnvp", "spline"],
         1,
         base,
@@ -159,10 +160,10 @@ def test_per_model_settings_replace_the_shared_ones(data_file, tmp_path):
     assert costs["rnvp"] > costs["spline"] > 0
 
 
-def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_path):
+def test_runs_are_handed_out_in_parts_most_training_left_first(md_file, tmp_path):
     from bgp4.sweep.dispatch import ENERGY_STEP_COST, PARTS_PER_RUN, choose, next_stop, part_size, remaining_cost
 
-    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "p4inv"], 2, TrainSettings(steps=2400, energy_steps=200), 100)
+    plan = plan_sweep(tmp_path / "s", md_file, ["rnvp", "p4inv"], 2, TrainSettings(steps=2400, energy_steps=200), 100)
     runs = {r.name: r for r in plan.runs}
     part = part_size(runs["rnvp-s0"])  # parts of equal cost: an energy step costs ENERGY_STEP_COST likelihood steps
     assert ENERGY_STEP_COST == 3 and PARTS_PER_RUN == 12 and part == (2400 + 3 * 200) // 12 == 250
@@ -187,11 +188,11 @@ def test_runs_are_handed_out_in_parts_most_training_left_first(data_file, tmp_pa
     assert choose([runs["rnvp-s0"], runs["rnvp-s1"]], left, last="rnvp-s1").name == "rnvp-s1"
 
 
-def test_objectives_are_an_axis_of_the_sweep(data_file, tmp_path):
+def test_objectives_are_an_axis_of_the_sweep(md_file, tmp_path):
     from bgp4.sweep.dispatch import ENERGY_STEP_COST, energy_step_cost, expected_cost
 
     base = TrainSettings(steps=100, energy_steps=50)
-    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp", "spline"], 2, base, 100, objectives=["mixed", "fab"])
+    plan = plan_sweep(tmp_path / "s", md_file, ["rnvp", "spline"], 2, base, 100, objectives=["mixed", "fab"])
     assert plan.models == ("rnvp-mixed", "rnvp-fab", "spline-mixed", "spline-fab")
     assert [r.name for r in plan.runs[:4]] == ["rnvp-mixed-s0", "rnvp-mixed-s1", "rnvp-fab-s0", "rnvp-fab-s1"]
     assert {(r.model, r.train["objective"], r.variant) for r in plan.runs if r.seed == 0} == {
@@ -207,18 +208,18 @@ def test_objectives_are_an_axis_of_the_sweep(data_file, tmp_path):
     assert energy_step_cost(fab.train | {"fab_leapfrog": 4}) == 1 + -(-(1 + 8 * (1 + 3 * 4)) // 4)  # HMC moves
     assert expected_cost(fab) == (100 + 10 * 50) * 256 > expected_cost(mixed)
     # one objective: the runs keep their names and take it
-    single = plan_sweep(tmp_path / "t", data_file, ["rnvp"], 1, base, 100, objectives=["kl"])
+    single = plan_sweep(tmp_path / "t", md_file, ["rnvp"], 1, base, 100, objectives=["kl"])
     assert [(r.name, r.train["objective"]) for r in single.runs] == [("rnvp-s0", "kl")] and single.models == ("rnvp",)
     for bad, message in ((["mixed", "fab2"], "unknown objective"), (["kl", "kl"], "twice")):
         with pytest.raises(InputError, match=message):
-            plan_sweep(tmp_path / "u", data_file, ["rnvp"], 1, base, 100, objectives=bad)
+            plan_sweep(tmp_path / "u", md_file, ["rnvp"], 1, base, 100, objectives=bad)
     assert not (tmp_path / "u").exists()
 
 
-def test_init_names_a_sweep_whose_run_of_each_model_and_seed_starts_each_run(data_file, tmp_path):
+def test_init_names_a_sweep_whose_run_of_each_model_and_seed_starts_each_run(md_file, tmp_path):
     base = TrainSettings(steps=0, energy_steps=10, objective="kl")
     with pytest.raises(InputError, match="holds no sweep.json"):
-        plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(tmp_path)), 100)
+        plan_sweep(tmp_path / "s", md_file, ["rnvp"], 1, replace(base, init=str(tmp_path)), 100)
     old = tmp_path / "old"
     old.mkdir()
     runs = {"rnvp-ml-s0": {"kind": "rnvp", "objective": "ml", "seed": 0}}
@@ -230,9 +231,9 @@ def test_init_names_a_sweep_whose_run_of_each_model_and_seed_starts_each_run(dat
     with pytest.raises(InputError, match="no run for model rnvp and seed 1"):
         init_runs(old, ["rnvp"], (0, 1))
     with pytest.raises(InputError, match="no run for model p4inv and seed 0"):
-        plan_sweep(tmp_path / "s", data_file, ["p4inv"], 1, replace(base, init=str(old)), 100)
+        plan_sweep(tmp_path / "s", md_file, ["p4inv"], 1, replace(base, init=str(old)), 100)
     with pytest.raises(InputError, match="own directory"):
-        plan_sweep(old, data_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
+        plan_sweep(old, md_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
     runs.pop("rnvp-ml-s0")
     runs["rnvp-mixed-s0"] = {"kind": "rnvp", "objective": "mixed", "seed": 0}
     (old / "sweep.json").write_text(json.dumps({"runs": runs}))
@@ -245,11 +246,11 @@ def test_init_names_a_sweep_whose_run_of_each_model_and_seed_starts_each_run(dat
         init_runs(old, ["rnvp"], (0,))
     (old / "sweep.json").write_text(json.dumps({"runs": {"rnvp-ml-s0": runs["rnvp-kl-s0"]}}))
     with pytest.raises(InputError, match="not a finished bgp4 training run"):  # the run itself is checked too
-        plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
+        plan_sweep(tmp_path / "s", md_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
     assert not (tmp_path / "s").exists()
 
 
-def test_a_started_run_keeps_its_init_whatever_the_init_sweep_holds_now(data_file, tmp_path):
+def test_a_started_run_keeps_its_init_whatever_the_init_sweep_holds_now(md_file, tmp_path):
     """A resumed sweep does not look its runs' inits up again (the init sweep may have moved on)."""
     from bgp4.settings import settings_record
     from bgp4.sweep.runner import plan_sweep
@@ -258,31 +259,31 @@ def test_a_started_run_keeps_its_init_whatever_the_init_sweep_holds_now(data_fil
     old.mkdir()
     (old / "sweep.json").write_text("{}")  # holds no run now
     base = TrainSettings(steps=0, energy_steps=10, objective="kl")
-    started = replace(base, data=str(data_file.resolve()), model="rnvp", seed=0, workers=1, device="cpu")
+    started = replace(base, data=str(md_file.resolve()), model="rnvp", seed=0, workers=1, device="cpu")
     started = replace(started, init=str(old / "runs" / "rnvp-ml-s0"))
     run = tmp_path / "s" / "runs" / "rnvp-s0"
     run.mkdir(parents=True)
     (run / "settings.json").write_text(json.dumps(settings_record(started.validated())))
-    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
+    plan = plan_sweep(tmp_path / "s", md_file, ["rnvp"], 1, replace(base, init=str(old)), 100)
     assert plan.runs[0].train["init"] == str(old / "runs" / "rnvp-ml-s0")
     other = tmp_path / "other"
     other.mkdir()
     with pytest.raises(InputError, match="holds a run started from"):
-        plan_sweep(tmp_path / "s", data_file, ["rnvp"], 1, replace(base, init=str(other)), 100)
+        plan_sweep(tmp_path / "s", md_file, ["rnvp"], 1, replace(base, init=str(other)), 100)
 
 
-def test_refinement_is_part_of_every_run_and_of_its_done_check(data_file, tmp_path):
+def test_refinement_is_part_of_every_run_and_of_its_done_check(md_file, tmp_path):
     base = TrainSettings(steps=10)
-    plan = plan_sweep(tmp_path / "s", data_file, ["rnvp"], 2, base, 100, refine=RefineSettings(levels=3, steps=0))
+    plan = plan_sweep(tmp_path / "s", md_file, ["rnvp"], 2, base, 100, refine=RefineSettings(levels=3, steps=0))
     assert all(r.refine["levels"] == 3 and r.refine["steps"] == 0 for r in plan.runs)
     assert plan.record()["refine"] == plan.runs[0].refine
-    assert all(r.refine == {} for r in plan_sweep(tmp_path / "t", data_file, ["rnvp"], 1, base, 100).runs)
+    assert all(r.refine == {} for r in plan_sweep(tmp_path / "t", md_file, ["rnvp"], 1, base, 100).runs)
     assert all(
         r.refine == {}
-        for r in plan_sweep(tmp_path / "t", data_file, ["rnvp"], 1, base, 100, refine=RefineSettings()).runs
+        for r in plan_sweep(tmp_path / "t", md_file, ["rnvp"], 1, base, 100, refine=RefineSettings()).runs
     )
     with pytest.raises(InputError, match="--refine"):
-        plan_sweep(tmp_path / "u", data_file, ["rnvp"], 1, base, 100, refine=RefineSettings(levels=-1))
+        plan_sweep(tmp_path / "u", md_file, ["rnvp"], 1, base, 100, refine=RefineSettings(levels=-1))
     # a run finished without refinement is not done once refinement is asked for, and the reverse
     run = plan.runs[0]
     Path(run.path).mkdir(parents=True)
@@ -332,8 +333,8 @@ def test_refined_samples_are_a_variant_of_their_run_in_the_report(tmp_path):
         (["--preset", "huge"], "unknown preset 'huge'; choose one of quick, paper"),
     ],
 )
-def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(data_file, tmp_path, args, message):
-    result = _cli("sweep", "--data", str(data_file), "--out", "sweep", *args, cwd=tmp_path)
+def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
+    result = cli("sweep", "--data", md_file, "--out", tmp_path / "sweep", *args)
     assert message in _one_line_error(result)
     assert not (tmp_path / "sweep").exists()
 
@@ -346,13 +347,11 @@ def test_sweep_help_gives_its_own_meaning_of_device_and_init_and_no_from_scratch
     assert "--fab-buffer" in text and "--temperature" in text  # train's other settings stay
 
 
-def test_unanswered_scheduler_fails_cleanly_and_writes_nothing(data_file, tmp_path):
+def test_unanswered_scheduler_fails_cleanly_and_writes_nothing(md_file, tmp_path, cli):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = _cli(
-        "sweep", "--data", str(data_file), "--out", "sweep", "--scheduler", f"tcp://127.0.0.1:{port}", cwd=tmp_path
-    )
+    result = cli("sweep", "--data", md_file, "--out", tmp_path / "sweep", "--scheduler", f"tcp://127.0.0.1:{port}")
     assert "no Dask scheduler answered" in _one_line_error(result)
     assert not (tmp_path / "sweep").exists()
 
@@ -689,6 +688,7 @@ def test_interrupted_sweep_checkpoints_its_running_runs(data_file, tmp_path):
         assert "task stopped" in (run / "log.txt").read_text()
 
 
+@pytest.mark.slow
 def test_local_cluster_workers_keep_glibc_memory_trimming(monkeypatch):
     """Dask's nanny would set MALLOC_TRIM_THRESHOLD_=65536, which made FAB steps 3x slower; the
     thread limits it sets stay."""
@@ -702,6 +702,7 @@ def test_local_cluster_workers_keep_glibc_memory_trimming(monkeypatch):
     assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
 
 
+@pytest.mark.slow
 def test_workers_started_elsewhere_with_the_trim_threshold_get_one_warning(capsys):
     """Workers that a user starts with a nanny keep its MALLOC_TRIM_THRESHOLD_: the sweep says so."""
     from distributed import LocalCluster

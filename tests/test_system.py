@@ -119,6 +119,7 @@ def test_runs_of_older_versions_still_resume():
     assert "constraints" in _differing(record, free, ())
 
 
+@pytest.mark.slow
 def test_simulate_a_pdb_file_without_constraints(cli, tmp_path):
     out = tmp_path / "free.h5"
     args = ("--frames", 50, "--equilibration-ps", 0.2, "--replicas", 1, "--quiet", "--out", out)

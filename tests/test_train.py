@@ -16,16 +16,8 @@ import torch
 from bgp4.errors import InputError
 from bgp4.generator.rundir import RunDirectory
 from bgp4.generator.train import Trainer, TrainSettings, train
-from bgp4.simulation.md import MDSettings, simulate
 
 TINY = dict(blocks=2, hidden=32, batch=64, steps=150, energy_steps=10, eval_every=50, workers=1)
-
-
-@pytest.fixture(scope="session")
-def md_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "ala2.h5"
-    simulate(path, MDSettings(frames=3000, equilibration_ps=2.0, replicas=2, seed=11), progress=False)
-    return path
 
 
 @pytest.mark.slow
@@ -53,6 +45,7 @@ def test_short_training_lowers_test_nll(md_file, tmp_path, model):
         assert summary["p4inv_max_residual"] < 1e-4
 
 
+@pytest.mark.slow
 def test_augment_relabels_methyl_hydrogens_of_each_batch(md_file, tmp_path):
     from bgp4.simulation.data import load_trajectory, relabel_rotors
 
@@ -117,6 +110,7 @@ def _assert_same_model(a_run: Path, b_run: Path) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
+@pytest.mark.slow
 def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
     """A sweep trains a run in parts (`fit(until=...)`), on a Trainer its worker kept or a new one."""
     from bgp4.generator.train import finish_training, prepare_training
@@ -143,6 +137,7 @@ def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
     assert records[0] == records[1]
 
 
+@pytest.mark.slow
 def test_keep_best_ends_the_likelihood_phase_with_the_best_weights_and_resumes(md_file, tmp_path, monkeypatch):
     """--keep-best: the model of the lowest test NLL (scripted: step 10 of 30) is the model a 10-step run
     gives (constant lr); a run trained in parts, on a fresh Trainer after the best step, ends the same."""
@@ -562,6 +557,7 @@ def test_rerun_ignores_workers_checkpoint_interval_and_data_path_but_not_results
         train(replace(settings, data=str(other)), tmp_path / "run", progress=False)
 
 
+@pytest.mark.slow
 def test_prepare_training_of_a_complete_run_gives_a_complete_trainer(md_file, tmp_path):
     from bgp4.generator.train import prepare_training
 
@@ -575,6 +571,7 @@ def test_prepare_training_of_a_complete_run_gives_a_complete_trainer(md_file, tm
     done.close()
 
 
+@pytest.mark.slow
 def test_plain_mdtraj_data_needs_a_temperature(md_file, tmp_path):
     plain = tmp_path / "plain.h5"
     mdtraj.load(str(md_file)).save_hdf5(str(plain))  # frames only: no bgp4 settings, no temperature
@@ -588,6 +585,7 @@ def test_plain_mdtraj_data_needs_a_temperature(md_file, tmp_path):
         train(replace(settings, data=str(md_file), temperature=300.0), tmp_path / "x", progress=False)
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_is_refused_cleanly(md_file, tmp_path):
     settings = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
     train(settings, tmp_path / "run", progress=False)
@@ -597,6 +595,7 @@ def test_damaged_checkpoint_is_refused_cleanly(md_file, tmp_path):
         train(settings, tmp_path / "run", progress=False)
 
 
+@pytest.mark.slow
 def test_init_starts_from_a_finished_run_and_refuses_a_mismatch(md_file, tmp_path):
     from bgp4.generator.model import load_generator
 
@@ -623,6 +622,7 @@ def test_init_starts_from_a_finished_run_and_refuses_a_mismatch(md_file, tmp_pat
         train(replace(tuned, init=str(tmp_path / "nothing")), tmp_path / "bad-missing", progress=False)
 
 
+@pytest.mark.slow
 def test_automatic_zmatrix_run_trains_resumes_and_reloads(md_file, tmp_path, cli):
     from bgp4.generator.model import load_generator
     from bgp4.generator.train import finish_training, prepare_training
@@ -757,6 +757,7 @@ def test_fab_resumes_exactly_after_a_kill_in_or_between_steps(md_file, tmp_path,
     )
 
 
+@pytest.mark.slow
 def test_kl_from_scratch_uses_the_data_for_its_transform_only(md_file, tmp_path):
     settings = TrainSettings(data=str(md_file), model="rnvp", objective="kl", **{**TINY, "steps": 0, "energy_steps": 2})
     summary, _ = train(settings, tmp_path / "kl", progress=False)
@@ -766,6 +767,7 @@ def test_kl_from_scratch_uses_the_data_for_its_transform_only(md_file, tmp_path)
     assert "fitted_to" not in config  # the transform came from the frames, not from a structure fit
 
 
+@pytest.mark.slow
 def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
     import shutil
 

@@ -166,6 +166,7 @@ def test_automatic_zmatrix_rejects_unusable_graphs():
     assert len(block) == 3 and len(z_matrix) == 1
 
 
+@pytest.mark.slow
 def test_protein_backbone_torsions_are_rows(molecule):
     """A 35-residue protein (OpenMM's test.pdb, chain 0): every phi, psi and omega is a z-matrix torsion."""
     traj = mdtraj.load(str(Path(app.__file__).parent / "data" / "test.pdb"))
