@@ -60,6 +60,12 @@ dense_run 7
 bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-300K-remd.h5" --temperature 300 --constraints none \
   --replica-exchange 300:600:6 --frames 50000 --save-every 500 --equilibration-ps 100 --seed 0 --quiet
 
+# Issue 27: the tetrapeptide's dense 300 K data, as the dipeptide's dense runs (a frame every 0.1 ps,
+# velocities drawn anew only at exchanges): 250,000 frames at 300 K (25 ns). About 6.5-8 h on one core.
+bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-300K-remd-dense-s4.h5" --temperature 300 \
+  --constraints none --replica-exchange 300:600:6 --frames 250000 --save-every 100 --equilibration-ps 100 --seed 4 \
+  --velocity-refresh exchange --quiet
+
 # Issue 27: the plain 300 K MD that checks the replica-exchange data (python run/scripts/remd_check.py):
 # 2 x 200 ns, 1 ps per frame. About 3.3 h on both cores (1 ns/min per replica). The mean energy is
 # checked within 100 ns (standard error 0.06 kJ/mol); P(phi > 0) is not: in 2 x 50 ns the dipeptide
