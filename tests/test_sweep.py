@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -59,7 +60,8 @@ def _cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedPro
     )
 
 
-def _one_line_error(result) -> str:
+def _one_line_error(result: subprocess.CompletedProcess | SimpleNamespace) -> str:
+    """The one stderr line of a refused command (in-process `cli` result or subprocess), exit code 2."""
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
