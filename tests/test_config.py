@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from bgp4.config import merge_settings, read_config_file
 from bgp4.errors import InputError
-from bgp4.settings import TrainSettings, merge_settings, read_config_file
+from bgp4.settings import TrainSettings
 
 
 def test_toml_and_yaml_give_the_same_settings_with_dashes_or_underscores(tmp_path):

@@ -14,14 +14,13 @@ import typer
 from bgp4.cli._app import default_of, handles_errors
 from bgp4.cli.md import MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
+from bgp4.config import merge_settings, read_config_file
 from bgp4.pipeline import NO_PRESET, get_preset, preset_train_settings, run_pipeline
 from bgp4.settings import (
     SCRATCH_SETTINGS,
     RefineSettings,
     SampleSettings,
     TrainSettings,
-    merge_settings,
-    read_config_file,
 )
 from bgp4.simulation.md import MDSettings
 

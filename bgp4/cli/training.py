@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from bgp4.cli._app import default_of, handles_errors
-from bgp4.settings import TrainSettings, merge_settings, read_config_file
+from bgp4.config import merge_settings, read_config_file
+from bgp4.settings import TrainSettings
 
 __all__ = ["train"]
 
