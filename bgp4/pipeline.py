@@ -3,7 +3,7 @@
 Every stage that is already complete in the output directory is skipped, so a pipeline that was
 stopped can be started again with the same command. `md` settings beyond the preset's choose
 another molecule or system (`molecule`, `pdb`, `constraints`, ...). Layout of `out`:
-`data/ala2-600K.h5` (another molecule: `data/<molecule>-600K.h5`),
+`data/ala2-600K.h5` (another molecule or system: `data_path`),
 `runs/<model>/` (each with `samples.h5`, and `samples-refined.h5` where the preset refines the
 model's samples by AIS), `report/`.
 """
@@ -19,6 +19,7 @@ from bgp4.errors import InputError
 from bgp4.kinds import KINDS
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.simulation.md import MDSettings, completed, simulate
+from bgp4.simulation.system import SystemSpec
 
 __all__ = ["PRESETS", "NO_PRESET", "get_preset", "preset_train_settings", "data_path", "run_pipeline"]
 
@@ -84,10 +85,18 @@ def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
 
 def data_path(out: Path, md: MDSettings) -> Path:
     """Where the pipeline keeps its MD data: `data/ala2-600K.h5` for the default molecule and
-    system (as always), else named after the molecule, constraints and temperature."""
-    name = Path(md.pdb).stem if md.pdb else (md.molecule or "ala2").replace(":", "-")
-    free = "-free" if md.constraints.lower() == "none" else ""
-    return out / "data" / f"{name}{free}-{md.temperature:g}K.h5"
+    system (as always), else `data/<molecule>[-<forcefield>][-vacuum][-free]-<T>K.h5`: the molecule's
+    registered name (or the PDB file's stem), then whatever of the system is not the default."""
+    # lazy: building the name list reads the molecule layer, which the CLI need not load to start
+    from bgp4.simulation.molecule import DEFAULT_MOLECULE, molecule_name
+
+    spec, default = SystemSpec(md.forcefield, md.solvent, md.constraints), SystemSpec()
+    name = Path(md.pdb).stem if md.pdb else molecule_name(md.molecule)
+    parts = ["ala2" if name == DEFAULT_MOLECULE and not md.pdb else name.replace(":", "-")]
+    parts += [spec.forcefield] if spec.forcefield != default.forcefield else []
+    parts += [spec.solvent] if spec.solvent != default.solvent else []
+    parts += ["free"] if spec.constraints == "none" else []
+    return out / "data" / f"{'-'.join(parts)}-{md.temperature:g}K.h5"
 
 
 def _refine(

@@ -177,6 +177,12 @@ def test_the_pipeline_names_its_data_after_the_molecule(cli, tmp_path):
     assert data_path(Path("o"), MDSettings(molecule="alanine-tetrapeptide")).name == "alanine-tetrapeptide-600K.h5"
     free = MDSettings(pdb="x/mine.pdb", constraints="none", temperature=300.0)
     assert data_path(Path("o"), free).name == "mine-free-300K.h5"
+    # the name is the molecule's registered one, and every part of the system not the default
+    assert data_path(Path("o"), MDSettings(molecule="alanine-dipeptide")).name == "ala2-600K.h5"
+    assert data_path(Path("o"), MDSettings(molecule="sequence:aaa")).name == "sequence-AAA-600K.h5"
+    assert data_path(Path("o"), MDSettings(solvent="vacuum")).name == "ala2-vacuum-600K.h5"
+    amber14_free = MDSettings(forcefield="amber14", constraints="none")
+    assert data_path(Path("o"), amber14_free).name == "ala2-amber14-free-600K.h5"
     for args in (("--sequence", "AAA", "--molecule", "alanine-dipeptide"), ("--solvent", "water")):
         result = cli("pipeline", "--out", tmp_path / "p", *args, "--quiet")
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
