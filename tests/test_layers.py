@@ -29,6 +29,7 @@ LAYERS = (
         "bgp4.platform",
         "bgp4.kinds",
         "bgp4.settings",
+        "bgp4.config",
         "bgp4.stage",
     ),
     ("bgp4.simulation",),
