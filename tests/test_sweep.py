@@ -333,6 +333,7 @@ def test_refined_samples_are_a_variant_of_their_run_in_the_report(tmp_path):
         (["--refine", "-1"], "levels (--refine) must be a non-negative integer"),
         (["--refine", "5", "--refine-steps", "0", "--refine-independence", "0"], "the levels would not move"),
         (["--preset", "huge"], "unknown preset 'huge'; choose one of quick, paper"),
+        (["--worker-memory", "-1"], "--worker-memory"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
@@ -702,6 +703,48 @@ def test_local_cluster_workers_keep_glibc_memory_trimming(monkeypatch):
             client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")}).values()
         )
     assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
+
+
+def test_local_workers_get_a_share_of_the_memory_available_at_least_the_floor(monkeypatch):
+    import psutil
+
+    from bgp4.sweep import cluster
+
+    available = type("Memory", (), {"available": 40 * 2**30})
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: available)
+    assert cluster.local_memory_limit(2) == int(0.8 * 40 * 2**30 / 2)
+    assert cluster.local_memory_limit(64) == int(cluster.MIN_WORKER_GIB * 2**30)
+    assert cluster.local_memory_limit(2, 3.5) == int(3.5 * 2**30)
+    assert cluster.local_memory_limit(2, 0) == 0  # no limit
+    with pytest.raises(InputError, match="--worker-memory"):
+        cluster.local_memory_limit(2, -1)
+
+
+@pytest.mark.slow
+def test_a_local_worker_over_its_memory_limit_is_restarted_and_says_so(capfd):
+    """A runaway worker is restarted by its nanny (a sweep's task then resumes in a fresh worker),
+    with one warning line, instead of growing until the kernel kills it."""
+    import dask
+    from distributed import KilledWorker
+
+    from bgp4.sweep.cluster import open_client
+
+    def _hold_memory(gib: float, seconds: float) -> int:  # nested: Dask sends it by value
+        import time
+
+        import numpy as np
+
+        held = np.ones(int(gib * 2**27))  # float64: touched, so resident
+        time.sleep(seconds)
+        return held.size
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):  # no rerun: one restart
+        with open_client(None, 1, memory_limit=600 * 2**20) as client:
+            with pytest.raises(KilledWorker):
+                client.submit(_hold_memory, 1.5, 10.0, pure=False).result()
+            assert client.submit(_hold_memory, 0.01, 0.0, pure=False).result() > 0  # a fresh worker
+    lines = [line for line in capfd.readouterr().err.splitlines() if "memory budget" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: Worker tcp://") and "--worker-memory" in lines[0]
 
 
 @pytest.mark.slow

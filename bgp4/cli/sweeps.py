@@ -139,6 +139,14 @@ def sweep(
     workers: Optional[int] = typer.Option(
         None, "--workers", help="Local cluster: worker processes, one task each. [default: cores / threads-per-run]"
     ),
+    worker_memory: Optional[float] = typer.Option(
+        None,
+        "--worker-memory",
+        help=(
+            "Local cluster: GiB a worker may hold before it is restarted (its task resumes in a fresh "
+            "one); 0: no limit. [default: 80 % of the memory available at start, shared among the workers]"
+        ),
+    ),
     threads_per_run: int = typer.Option(1, "--threads-per-run", help="Torch threads and energy processes of each run."),
     gpus_per_run: float = typer.Option(
         0.0,
@@ -206,4 +214,6 @@ def sweep(
         objectives=[o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,
         refine=RefineSettings(levels=refine, steps=refine_steps, independence=refine_independence),
     )
-    run_sweep(plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo)
+    run_sweep(
+        plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo, worker_memory=worker_memory
+    )

@@ -17,7 +17,14 @@ from typing import Any
 from bgp4.errors import InputError
 from bgp4.sweep.plugins import IgnoreInterrupts, TrainerCache
 
-__all__ = ["CONNECT_TIMEOUT_S", "local_cluster_size", "open_client", "task_slots", "trim_threshold_warning"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "local_cluster_size",
+    "local_memory_limit",
+    "open_client",
+    "task_slots",
+    "trim_threshold_warning",
+]
 
 #: Seconds to wait for a scheduler given with --scheduler (the CLI promises an answer within 15 s).
 CONNECT_TIMEOUT_S = 10
@@ -25,6 +32,18 @@ CONNECT_TIMEOUT_S = 10
 PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
 #: The variable a nanny sets that made FAB steps 3x slower in its workers (run/results/benchmark-300K).
 TRIM_THRESHOLD = "MALLOC_TRIM_THRESHOLD_"
+#: Share of the memory available when a local cluster starts that its workers may hold together.
+MEMORY_SHARE = 0.8
+#: The least memory limit of a local worker, GiB (a refinement of 20,000 samples holds 2-5 GiB).
+MIN_WORKER_GIB = 2.0
+#: Memory settings of local workers: the nanny restarts a worker above 95 % of its limit; the rest is
+#: Dask's spilling of task results, which a sweep's small results never need.
+_LOCAL_MEMORY_CONFIG = {
+    "distributed.worker.memory.target": False,
+    "distributed.worker.memory.spill": False,
+    "distributed.worker.memory.pause": False,
+    "distributed.worker.memory.terminate": 0.95,
+}
 
 
 def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, workers: int | None) -> int:
@@ -39,6 +58,24 @@ def local_cluster_size(n_tasks: int, threads_per_run: int, gpus_per_run: float, 
             raise InputError("gpus_per_run (--gpus-per-run) asks for GPUs, but torch sees none on this machine")
         size = min(size, max(1, int(gpus / gpus_per_run)))
     return max(1, workers if workers else min(size, n_tasks))
+
+
+def local_memory_limit(n_workers: int, gib: float | None = None) -> int:
+    """Bytes each of `n_workers` local workers may hold before its nanny restarts it (0: no limit).
+
+    `gib` per worker as given (0 for none), or by default MEMORY_SHARE of the memory available now,
+    shared among the workers, at least MIN_WORKER_GIB: a worker that runs away (a sweep worker once
+    grew to 23 GB while refining) is then restarted, and its task resumes in a fresh process,
+    before the machine starts to swap or thrash and stalls everything else on it.
+    """
+    if gib is not None:
+        if gib < 0:
+            raise InputError(f"--worker-memory must be >= 0 GiB (0: no limit), not {gib}")
+        return int(gib * 2**30)
+    import psutil
+
+    share = MEMORY_SHARE * psutil.virtual_memory().available / max(1, n_workers)
+    return int(max(share, MIN_WORKER_GIB * 2**30))
 
 
 def trim_threshold_warning(per_worker: dict[str, str | None]) -> str | None:
@@ -72,8 +109,11 @@ def _reachable(address: str) -> None:
 
 
 @contextlib.contextmanager
-def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0) -> Iterator[Any]:
-    """A `distributed.Client`: on `scheduler`, or on a new LocalCluster of `n_workers` processes."""
+def open_client(
+    scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0, memory_limit: int = 0
+) -> Iterator[Any]:
+    """A `distributed.Client`: on `scheduler`, or on a new LocalCluster of `n_workers` processes,
+    each restarted by its nanny above 95 % of `memory_limit` bytes (0: never)."""
     import logging
 
     import dask
@@ -108,26 +148,44 @@ def open_client(scheduler: str | None, n_workers: int, gpus_per_run: float = 0.0
                     client.unregister_worker_plugin(TrainerCache.name)
         return
     resources = {"GPU": gpus_per_run} if gpus_per_run > 0 else None
-    # no memory limit: a nanny restart for memory would only repeat the part a worker was on.
     # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers: glibc then returns freed memory
     # at once, and the flow's many short-lived tensors fault their pages in again; FAB steps ran 3x
     # slower than in `bgp4 train` (run/results/benchmark-300K). The other variables stay.
     environ = {k: v for k, v in dask.config.get(PRE_SPAWN_ENVIRON, {}).items() if k != TRIM_THRESHOLD}
     with (
-        dask.config.set({PRE_SPAWN_ENVIRON: environ}),
+        dask.config.set({PRE_SPAWN_ENVIRON: environ, **_LOCAL_MEMORY_CONFIG}),
         LocalCluster(
             n_workers=n_workers,
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
             silence_logs=logging.CRITICAL,
-            memory_limit=0,
+            memory_limit=memory_limit,
             resources=resources,
         ) as cluster,
         Client(cluster) as client,
+        _memory_restarts_shown(),
     ):
         _register(client, IgnoreInterrupts(), TrainerCache())
         yield client
+
+
+@contextlib.contextmanager
+def _memory_restarts_shown() -> Iterator[None]:
+    """Show the one nanny message that silenced Dask logs would hide: a worker restarted for memory."""
+    import logging
+
+    logger = logging.getLogger("distributed.nanny.memory")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(
+        logging.Formatter("warning: %(message)s (its task resumes in a fresh worker; --worker-memory sets the limit)")
+    )
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def _register(client: Any, *plugins: Any) -> None:

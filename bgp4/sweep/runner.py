@@ -45,7 +45,7 @@ from bgp4.settings import (
 )
 from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
-from bgp4.sweep.cluster import local_cluster_size, open_client
+from bgp4.sweep.cluster import local_cluster_size, local_memory_limit, open_client
 from bgp4.sweep.dispatch import RETRIES, Dispatch
 from bgp4.sweep.spec import DONE_FILE, EXECUTION_ONLY, RunSpec, run_name
 from bgp4.sweep.tasks import simulate_task
@@ -293,14 +293,19 @@ def run_sweep(
     workers: int | None = None,
     progress: bool = True,
     say: Callable[[str], None] = print,
+    worker_memory: float | None = None,
 ) -> dict[str, Any]:
     """Run every unfinished run of `plan` on Dask, then write the aggregate report; returns its metrics.
+
+    A local cluster's workers are each limited to `worker_memory` GiB (0: no limit; default:
+    `local_memory_limit`'s share of the memory available now).
 
     Raises Bgp4Error after the report if some runs failed even after their retries.
     """
     pending = [r for r in plan.runs if not r.done]
     if pending or plan.md is not None:
-        metrics, failures, stopped = _run_on_dask(plan, pending, scheduler, workers, progress, say)
+        cluster = (scheduler, workers, worker_memory)
+        metrics, failures, stopped = _run_on_dask(plan, pending, cluster, progress, say)
         if stopped:
             say(_stopped_message(stopped, failures))
             raise KeyboardInterrupt
@@ -323,20 +328,23 @@ def _write_record(plan: SweepPlan) -> None:
 def _run_on_dask(
     plan: SweepPlan,
     pending: list[RunSpec],
-    scheduler: str | None,
-    workers: int | None,
+    cluster: tuple[str | None, int | None, float | None],
     progress: bool,
     say: Callable[[str], None],
 ) -> tuple[dict[str, Any] | None, dict[str, str], dict[str, bool]]:
-    """Simulate the data if needed, run `pending` and write the report unless stopped or every run
-    failed: (report metrics or None, failed run -> reason, stopped run -> whether it had started)."""
+    """Simulate the data if needed, run `pending` on `cluster` (scheduler, workers, GiB per worker)
+    and write the report unless stopped or every run failed: (report metrics or None, failed run ->
+    reason, stopped run -> whether it had started)."""
+    scheduler, workers, worker_memory = cluster
     threads, gpus = plan.runs[0].threads, plan.runs[0].gpus
     size = 0 if scheduler else local_cluster_size(len(pending), threads, gpus, workers)
+    limit = 0 if scheduler else local_memory_limit(size, worker_memory)
     metrics = None
-    with open_client(scheduler, size, gpus) as client:  # connect before writing anything
+    with open_client(scheduler, size, gpus, limit) as client:  # connect before writing anything
         plan.out.mkdir(parents=True, exist_ok=True)
         _write_record(plan)
-        where = scheduler or f"a local cluster of {size} worker process(es), {threads} thread(s) per run"
+        memory = f"{limit / 2**30:.1f} GiB each" if limit else "no memory limit"
+        where = scheduler or f"a local cluster of {size} worker process(es) ({memory}), {threads} thread(s) per run"
         say(f"{len(pending)} of {len(plan.runs)} runs to do on {where}")
         if plan.md is not None and not plan.data.exists():  # one task, simulate's own replicas
             say(f"simulating {plan.data} ({plan.md['frames']} frames) first")
