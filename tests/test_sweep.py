@@ -747,6 +747,17 @@ def test_a_local_worker_over_its_memory_limit_is_restarted_and_says_so(capfd):
     assert len(lines) == 1 and lines[0].startswith("warning: Worker tcp://") and "--worker-memory" in lines[0]
 
 
+def test_a_failed_run_says_why_in_one_line_and_names_the_memory_limit_when_its_workers_died():
+    from distributed import KilledWorker
+
+    from bgp4.sweep.dispatch import failure_reason
+
+    assert failure_reason(ValueError("bad value\nmore detail")) == "bad value"
+    assert failure_reason(RuntimeError()) == "RuntimeError"
+    died = failure_reason(KilledWorker("train-abc", "tcp://127.0.0.1:1234", 3))
+    assert "died each time" in died and "--worker-memory" in died and "\n" not in died
+
+
 @pytest.mark.slow
 def test_workers_started_elsewhere_with_the_trim_threshold_get_one_warning(capsys):
     """Workers that a user starts with a nanny keep its MALLOC_TRIM_THRESHOLD_: the sweep says so."""

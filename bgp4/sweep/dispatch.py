@@ -37,6 +37,7 @@ __all__ = [
     "RETRIES",
     "Dispatch",
     "choose",
+    "failure_reason",
     "expected_cost",
     "next_stop",
     "part_size",
@@ -221,8 +222,7 @@ class Dispatch:
         if future.status == "cancelled":
             failures[spec.name] = "its task was cancelled"
         elif future.status == "error":
-            error = future.exception()
-            failures[spec.name] = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            failures[spec.name] = failure_reason(future.exception())
         else:
             result = future.result()
             if result.get("stopped"):
@@ -244,3 +244,14 @@ class Dispatch:
                 return 1
         write(f"{spec.name}: failed ({failures[spec.name]})")
         return 1
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line on why a task failed: the error's first line; for a task whose workers kept dying
+    (Dask's KilledWorker), what most often kills them here."""
+    if type(error).__name__ == "KilledWorker":
+        return (
+            "the workers that ran its task died each time (out of memory? a local worker above 95 % of "
+            "--worker-memory is restarted)"
+        )
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
