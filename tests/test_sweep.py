@@ -333,7 +333,9 @@ def test_refined_samples_are_a_variant_of_their_run_in_the_report(tmp_path):
         (["--refine", "-1"], "levels (--refine) must be a non-negative integer"),
         (["--refine", "5", "--refine-steps", "0", "--refine-independence", "0"], "the levels would not move"),
         (["--preset", "huge"], "unknown preset 'huge'; choose one of quick, paper"),
-        (["--worker-memory", "-1"], "--worker-memory"),
+        (["--worker-memory", "-1"], "--worker-memory must be 0 (no limit) or at least"),
+        (["--worker-memory", "nan"], "--worker-memory must be 0 (no limit) or at least"),
+        (["--worker-memory", "4", "--scheduler", "tcp://127.0.0.1:1"], "not of --scheduler's"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
@@ -716,8 +718,9 @@ def test_local_workers_get_a_share_of_the_memory_available_at_least_the_floor(mo
     assert cluster.local_memory_limit(64) == int(cluster.MIN_WORKER_GIB * 2**30)
     assert cluster.local_memory_limit(2, 3.5) == int(3.5 * 2**30)
     assert cluster.local_memory_limit(2, 0) == 0  # no limit
-    with pytest.raises(InputError, match="--worker-memory"):
-        cluster.local_memory_limit(2, -1)
+    for bad in (-1, 0.001, float("nan"), float("inf")):
+        with pytest.raises(InputError, match="--worker-memory"):
+            cluster.local_memory_limit(2, bad)
 
 
 @pytest.mark.slow
@@ -740,6 +743,9 @@ def test_a_local_worker_over_its_memory_limit_is_restarted_and_says_so(capfd):
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):  # no rerun: one restart
         with open_client(None, 1, memory_limit=600 * 2**20) as client:
+            # no pausing or spilling: a paused worker holding its cached runs would stall the sweep
+            settings = client.run(lambda dask_worker: dask_worker.memory_manager.memory_pause_fraction)
+            assert list(settings.values()) == [False]
             with pytest.raises(KilledWorker):
                 client.submit(_hold_memory, 1.5, 10.0, pure=False).result()
             assert client.submit(_hold_memory, 0.01, 0.0, pure=False).result() > 0  # a fresh worker

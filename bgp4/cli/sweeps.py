@@ -144,7 +144,8 @@ def sweep(
         "--worker-memory",
         help=(
             "Local cluster: GiB a worker may hold before it is restarted (its task resumes in a fresh "
-            "one); 0: no limit. [default: 80 % of the memory available at start, shared among the workers]"
+            "one); 0: no limit. [default: 80 % of the memory available at start, shared among the workers, at "
+            "least 4 GiB each]"
         ),
     ),
     threads_per_run: int = typer.Option(1, "--threads-per-run", help="Torch threads and energy processes of each run."),

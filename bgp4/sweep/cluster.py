@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import sys
@@ -19,6 +20,7 @@ from bgp4.sweep.plugins import IgnoreInterrupts, TrainerCache
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "check_worker_memory",
     "local_cluster_size",
     "local_memory_limit",
     "open_client",
@@ -34,10 +36,15 @@ PRE_SPAWN_ENVIRON = "distributed.nanny.pre-spawn-environ"
 TRIM_THRESHOLD = "MALLOC_TRIM_THRESHOLD_"
 #: Share of the memory available when a local cluster starts that its workers may hold together.
 MEMORY_SHARE = 0.8
-#: The least memory limit of a local worker, GiB (a refinement of 20,000 samples holds 2-5 GiB).
-MIN_WORKER_GIB = 2.0
-#: Memory settings of local workers: the nanny restarts a worker above 95 % of its limit; the rest is
-#: Dask's spilling of task results, which a sweep's small results never need.
+#: The least default memory limit of a local worker, GiB: a refinement of 20,000 samples holds 2-5
+#: GiB, and a worker keeps the runs it trained ready (`TrainerCache`, 0.2 GiB per million frames each).
+MIN_WORKER_GIB = 4.0
+#: The least limit --worker-memory takes, GiB (a worker's own start-up holds about 0.4).
+LEAST_WORKER_GIB = 1.0
+#: Memory settings of local workers: the nanny restarts a worker above 95 % of its limit. No
+#: spilling, which a sweep's small task results never need, and no pausing: a paused worker keeps
+#: its running task and its cached runs, so it would never fall back under the limit, and the sweep
+#: would wait for it for good.
 _LOCAL_MEMORY_CONFIG = {
     "distributed.worker.memory.target": False,
     "distributed.worker.memory.spill": False,
@@ -69,13 +76,23 @@ def local_memory_limit(n_workers: int, gib: float | None = None) -> int:
     before the machine starts to swap or thrash and stalls everything else on it.
     """
     if gib is not None:
-        if gib < 0:
-            raise InputError(f"--worker-memory must be >= 0 GiB (0: no limit), not {gib}")
+        check_worker_memory(None, gib)
         return int(gib * 2**30)
     import psutil
 
     share = MEMORY_SHARE * psutil.virtual_memory().available / max(1, n_workers)
     return int(max(share, MIN_WORKER_GIB * 2**30))
+
+
+def check_worker_memory(scheduler: str | None, gib: float | None) -> None:
+    """Refuse a --worker-memory (GiB) that is not 0 or a finite figure >= LEAST_WORKER_GIB, or one
+    given with --scheduler, whose workers were started elsewhere with their own limits."""
+    if gib is None:
+        return
+    if scheduler:
+        raise InputError("--worker-memory sets the limit of a local cluster's workers, not of --scheduler's")
+    if not (gib == 0 or (math.isfinite(gib) and gib >= LEAST_WORKER_GIB)):
+        raise InputError(f"--worker-memory must be 0 (no limit) or at least {LEAST_WORKER_GIB:g} GiB, not {gib}")
 
 
 def trim_threshold_warning(per_worker: dict[str, str | None]) -> str | None:

@@ -45,7 +45,7 @@ from bgp4.settings import (
 )
 from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
-from bgp4.sweep.cluster import local_cluster_size, local_memory_limit, open_client
+from bgp4.sweep.cluster import check_worker_memory, local_cluster_size, local_memory_limit, open_client
 from bgp4.sweep.dispatch import RETRIES, Dispatch
 from bgp4.sweep.spec import DONE_FILE, EXECUTION_ONLY, RunSpec, run_name
 from bgp4.sweep.tasks import simulate_task
@@ -302,6 +302,7 @@ def run_sweep(
 
     Raises Bgp4Error after the report if some runs failed even after their retries.
     """
+    check_worker_memory(scheduler, worker_memory)
     pending = [r for r in plan.runs if not r.done]
     if pending or plan.md is not None:
         cluster = (scheduler, workers, worker_memory)
