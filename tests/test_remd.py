@@ -468,6 +468,31 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
     assert sum(read_settings(out)["exchange_attempts"]) > 0
 
 
+@pytest.mark.slow
+def test_a_partial_run_resumes_shorter_or_longer(tmp_path, monkeypatch):
+    """Cut in its second segment, a 50-frame run resumed with 15 frames keeps the first 15 (those
+    of a fresh 15-frame run: the first segment was sealed unbroken); resumed with 65 it goes on
+    past the 50 it was started with (segments end on checkpoints: 20, 20, 20 and 10 iterations)."""
+    monkeypatch.setattr(remd, "SEGMENT_ITERATIONS", 20)
+    settings = replace(TINY, frames=50, equilibration_ps=0.0)
+    for frames in (15, 65):
+        out, work = tmp_path / f"to-{frames}.h5", tmp_path / f"to-{frames}.h5.partial"
+        with monkeypatch.context() as patch:
+            patch.setattr(remd, "_advance", _interrupt_after(13))
+            with pytest.raises(KeyboardInterrupt):
+                simulate(out, settings, progress=False)
+        simulate(out, replace(settings, frames=frames), progress=False)
+        data = load_trajectory(out)
+        assert data.n_frames == frames and not work.exists()
+        assert read_settings(out)["frames"] == read_settings(out)["iterations"] == frames
+        assert np.allclose(mdtraj.load(str(out)).time, np.arange(1, frames + 1) * 0.02)
+        assert np.unique(data.xyz.reshape(frames, -1), axis=0).shape[0] == frames
+    fresh = tmp_path / "fresh-15.h5"
+    simulate(fresh, replace(settings, frames=15), progress=False)
+    np.testing.assert_array_equal(load_trajectory(tmp_path / "to-15.h5").xyz, load_trajectory(fresh).xyz)
+    assert remd._segment_size(5) == 10 and remd._segment_size(25) == 20  # a checkpoint at every end
+
+
 def test_sigterm_in_a_storage_write_stops_between_iterations_and_resumes(tmp_path, monkeypatch):
     """openmmtools defers a signal that arrives while it writes an iteration, then calls the handler
     it replaced; SIGTERM's default one is not callable there, so the run holds a Python handler: the

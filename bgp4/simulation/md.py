@@ -232,7 +232,7 @@ def _settings_record(s: MDSettings) -> dict:
 def _differing(stored: dict, s: MDSettings, left: tuple[str, ...], resizable: bool = False) -> list[str]:
     """Settings of `s` that `stored` (a settings record) does not share (`bgp4.stage.changed`). The
     settings `left` to bgp4 (`MDSettings.left_to_bgp4`) match any value. With `resizable` the frame
-    count may differ too (a partial plain-MD run resumed longer or shorter)."""
+    count may differ too (a partial run resumed longer or shorter)."""
     from bgp4.simulation.ladder import REFRESH_DEFAULT
     from bgp4.simulation.molecule import DEFAULT_MOLECULE
 
@@ -292,15 +292,16 @@ def _prepare(out: Path, s: MDSettings, overwrite: bool, left: tuple[str, ...]) -
         shutil.rmtree(work.path)
     previous = work.recorded()
     if previous is not None:
-        resizable = not s.replica_exchange  # plain MD: each replica's frames are a prefix of one trajectory
+        # each replica's frames (plain MD), or the lowest temperature's (replica exchange), are the
+        # start of one run: a partial run goes on to another frame count, longer or shorter
         refuse_changes(
             f"{work.path} holds a partial run",
-            _differing(previous, s, left, resizable),
+            _differing(previous, s, left, resizable=True),
             "rerun with its settings to resume, or pass overwrite=True (--overwrite) to discard it",
         )
         # started on a machine with another core count, or by a version that chose another platform
         s = replace(s, **{name: previous[name] for name in left if name in previous})
-        if resizable and previous.get("frames") != s.frames:
+        if previous.get("frames") != s.frames:
             work.record(previous | {"frames": s.frames})  # replicas past their new share stop; the rest go on
     else:
         record = _settings_record(s)  # builds the molecule: a structure file it refuses leaves nothing behind

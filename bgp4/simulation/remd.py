@@ -26,6 +26,8 @@ CHECKPOINT_ITERATIONS iterations; a rerun reopens it with `from_storage`, which 
 last checkpoint. A netCDF (HDF5) file killed in the middle of a write may not open again
 (openmmtools issue 754): such a segment is made again from the end of the sealed one before it,
 so a kill at any moment loses at most one segment. Ctrl-C or SIGTERM stops between iterations.
+A partial run may resume with another `--frames`: a longer one goes on from its last segment (every
+segment ends on a checkpoint), a shorter one keeps the first iterations it asked for.
 
 Seeds. openmmtools' exchanges and `SeededLangevinMove`'s integrator and velocity seeds draw from
 numpy's global random state, seeded here from `--seed` and the iteration a run starts at (the
@@ -107,6 +109,13 @@ def _sealed(work: Path) -> list[dict[str, int]]:
     while (_segment(work, len(found)) / DONE).exists():
         found.append(json.loads((_segment(work, len(found)) / SEGMENT_INFO).read_text()))
     return found
+
+
+def _segment_size(left: int) -> int:
+    """Iterations of a new segment when `left` are still to run: at most SEGMENT_ITERATIONS, and a
+    multiple of CHECKPOINT_ITERATIONS, so that every sealed segment ends on a checkpoint from which
+    a longer run (a larger --frames) can go on; the data file keeps only the frames asked for."""
+    return min(SEGMENT_ITERATIONS, -(-left // CHECKPOINT_ITERATIONS) * CHECKPOINT_ITERATIONS)
 
 
 def _held(sealed: list[dict[str, int]]) -> int:
@@ -281,7 +290,7 @@ def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar, stop: St
         opened = _resume(directory, record, molecule.n_atoms) if directory.exists() else None
         if opened is None:
             shutil.rmtree(directory, ignore_errors=True)
-            _make_segment(work, k, start, min(SEGMENT_ITERATIONS, frames - start), record, molecule)
+            _make_segment(work, k, start, _segment_size(frames - start), record, molecule)
             opened = _resume(directory, record, molecule.n_atoms)
             if opened is None:
                 raise Bgp4Error(f"openmmtools cannot open the storage it just wrote in {directory}")
@@ -318,7 +327,7 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
     refreshes_all = velocity_refresh_of(record) == REFRESH_DEFAULT
     if refreshes_all and (warning := short_iteration_warning(int(record["save_every"]), float(record["timestep_fs"]))):
         print(warning, file=sys.stderr)
-    done = _held(_sealed(work))
+    done = min(_held(_sealed(work)), int(record["frames"]))  # a shortened run may hold more
     bar = tqdm(total=int(record["frames"]), initial=done, unit="frame", desc="replica exchange", disable=not progress)
     # openmmtools defers a signal that comes mid-write and then calls the handler it replaced: a
     # Python one, since SIG_DFL (SIGTERM's) is not callable there (mpiplus).
@@ -335,16 +344,17 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
 # -- the data file ------------------------------------------------------------------------------
 
 
-def _read_segment(directory: Path, info: Mapping[str, int], n_atoms: int, kT: float) -> dict[str, np.ndarray]:
-    """The lowest temperature's frames of one sealed segment: positions (n, atoms, 3) nm,
-    potential energy (n,) kJ/mol, the walker that was there (n,), and the exchange counts."""
+def _read_segment(directory: Path, info: Mapping[str, int], n: int, n_atoms: int, kT: float) -> dict[str, np.ndarray]:
+    """The lowest temperature's frames of the first `n` iterations of one sealed segment: positions
+    (n, atoms, 3) nm, potential energy (n,) kJ/mol, the walker that was there (n,), and the
+    exchange counts of those iterations."""
     import netCDF4
 
-    n = int(info["iterations"])
+    held = int(info["iterations"])
     reporter = _reporter(directory, n_atoms, mode="r")
     try:
-        if reporter.read_last_iteration(last_checkpoint=False) != n:
-            raise Bgp4Error(f"{directory} does not hold its {n} iterations; remove it and rerun to make it again")
+        if reporter.read_last_iteration(last_checkpoint=False) != held:
+            raise Bgp4Error(f"{directory} does not hold its {held} iterations; remove it and rerun to make it again")
         iterations = slice(1, n + 1)  # iteration 0 is the segment's starting point
         reduced, _, _ = reporter.read_energies(iterations)  # (n, walkers, temperatures), kT of each
         where = reporter.read_replica_thermodynamic_states(iterations)  # (n, walkers)
@@ -370,15 +380,17 @@ def _write(out: Path, work: Path, record: Mapping[str, Any], molecule) -> None:
     with the run's settings record, its exchange rates and a `walker` array."""
     from bgp4.simulation.data import write_trajectory
 
-    sealed = _sealed(work)
+    sealed, frames = _sealed(work), int(record["frames"])
     kT = molecule.kT(record["temperatures"][0])
-    parts = [_read_segment(_segment(work, k), info, molecule.n_atoms, kT) for k, info in enumerate(sealed)]
+    # the first `frames` iterations: a run shortened after it had run further holds more
+    keep = [min(int(info["iterations"]), frames - info["start"]) for info in sealed if info["start"] < frames]
+    parts = [_read_segment(_segment(work, k), sealed[k], n, molecule.n_atoms, kT) for k, n in enumerate(keep)]
     accepted = sum(p["accepted"] for p in parts)
     proposed = sum(p["proposed"] for p in parts)
     frame_ps = record["save_every"] * record["timestep_fs"] / 1000.0
     final = {
         **record,
-        "iterations": int(record["frames"]),
+        "iterations": frames,
         "steps_per_iteration": int(record["save_every"]),
         "exchange_acceptance": exchange_acceptance(accepted, proposed),
         "exchange_attempts": [int(proposed[i, i + 1]) for i in range(proposed.shape[0] - 1)],
