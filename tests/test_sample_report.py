@@ -10,6 +10,7 @@ import mdtraj
 import numpy as np
 import openmm
 import pytest
+import torch
 
 from bgp4.analysis.metrics import REWEIGHTED_KEYS
 from bgp4.errors import InputError
@@ -65,6 +66,11 @@ def test_sampling_is_skipped_when_complete_and_refused_with_other_settings(train
     assert not sampled and summary["samples"] == 600
     with pytest.raises(InputError, match="other settings"):
         sample_run(run, SampleSettings(n=700, batch=250, workers=1), progress=False)
+    # drawn with device "auto": an explicit request for the device auto chose here asks for the same file
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    assert load_trajectory(run / "samples.h5").settings["device"] == here
+    _, sampled = sample_run(run, SampleSettings(n=600, batch=250, workers=1, device=here), progress=False)
+    assert not sampled
 
 
 @pytest.mark.slow

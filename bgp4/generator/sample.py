@@ -84,9 +84,16 @@ def _request(
     if not run.complete:
         raise InputError(f"{run.path} holds no finished training run; run `bgp4 train` first")
     record = {"kind": kind, "run": str(run.path.resolve()), "model": train_settings["model"], **asdict(s)}
+    record["device"] = _drawn_on(s.device)
     record.update({f"refine_{k}": v for k, v in (asdict(refine) if refine else {}).items()})
     record.pop("workers")  # how the energies are computed, not what they are
     return run, record
+
+
+def _drawn_on(device: str) -> str:
+    """The device that samples asked for on `device` are drawn on here: "auto" resolved, so that a
+    file drawn with `--device auto` on a CPU machine is the one an explicit `--device cpu` asks for."""
+    return str(resolve_device(device)) if device == "auto" else device
 
 
 def _kept(out: Path, record: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
@@ -95,6 +102,8 @@ def _kept(out: Path, record: dict[str, Any], overwrite: bool) -> dict[str, Any] 
     if overwrite or not out.exists():
         return None
     stored = read_settings(out)  # the file is written in one atomic step: it is its own marker
+    if "device" in stored:  # files of earlier versions recorded "auto" as asked
+        stored = {**stored, "device": _drawn_on(stored["device"])}
     differ = changed(stored, record, keys=record)
     refuse_changes(f"{out} exists", differ, "pass overwrite=True (--overwrite) to replace it")
     return json.loads(stored.get("summary", "{}"))
