@@ -106,6 +106,20 @@ def test_sample_log_q_matches_log_prob(kind, frames, molecule):
     assert torch.allclose(model.log_prob(x[ok].reshape(-1, 66)), log_p)
 
 
+def test_generating_in_slices_of_rows_matches_the_whole_batch(frames, molecule):
+    # sampling and AIS push large batches through the flow in slices (bgp4.generator._rows)
+    from bgp4.generator._rows import by_rows
+
+    torch.manual_seed(2)
+    model = build_generator("spline", frames, blocks=1, hidden=16, molecule=molecule, dtype=torch.float64)
+    _perturb(model, 0.05)
+    z = model.sample_latent(500, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        whole, sliced = model.generate(z), by_rows(model.generate, z, rows=128)
+    assert torch.equal(sliced.ok, whole.ok) and torch.equal(sliced.z, whole.z)
+    assert torch.allclose(sliced.x, whole.x, atol=1e-12) and torch.allclose(sliced.log_q, whole.log_q, atol=1e-9)
+
+
 @pytest.mark.slow
 def test_sample_is_differentiable_and_nll_trains(frames, molecule):
     torch.manual_seed(2)

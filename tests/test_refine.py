@@ -30,17 +30,22 @@ MIX, SIGMA = torch.tensor([0.3, 0.7], dtype=torch.float64), 0.5
 P_RIGHT = float(0.3 * 0.5 * math.erfc(4 / math.sqrt(2)) + 0.7 * (1 - 0.5 * math.erfc(4 / math.sqrt(2))))
 
 
+def _well_log_target(z):
+    d = ((z[:, None, :] - MEANS) ** 2).sum(-1) / SIGMA**2
+    return torch.logsumexp(torch.log(MIX) - 0.5 * d - math.log(2 * math.pi * SIGMA**2), 1) + LOG_Z
+
+
+def _normal_log_prob(z):
+    return -0.5 * z.square().sum(1) - math.log(2 * math.pi)
+
+
+def _normal(n, g):
+    return torch.randn(n, 2, generator=g, dtype=torch.float64)
+
+
 def _double_well() -> FunctionTarget:
     """Two narrow Gaussians (weights 0.3 / 0.7 at x = -2 / +2, sd 0.5) times 5; base N(0, I): a poor proposal."""
-
-    def log_target(z):
-        d = ((z[:, None, :] - MEANS) ** 2).sum(-1) / SIGMA**2
-        return torch.logsumexp(torch.log(MIX) - 0.5 * d - math.log(2 * math.pi * SIGMA**2), 1) + LOG_Z
-
-    def log_base(z):
-        return -0.5 * z.square().sum(1) - math.log(2 * math.pi)
-
-    return FunctionTarget(2, log_base, log_target, lambda n, g: torch.randn(n, 2, generator=g, dtype=torch.float64))
+    return FunctionTarget(2, _normal_log_prob, _well_log_target, _normal)
 
 
 def _bootstrap(stat, log_w: torch.Tensor, rounds: int = 400, seed: int = 0) -> tuple[float, float]:
@@ -206,6 +211,43 @@ def test_plus_infinite_target_is_a_failed_evaluation_with_or_without_gradients()
     # resampling draws from the live samples only
     chains, _, _ = anneal_target(target, 400, 3, steps=0, seed=0, z0=z0.clone(), resample_ess=0.9)
     assert chains.resampled.any() and torch.all(torch.isfinite(chains.log_w)) and bool((chains.z[:, 0] >= 0).all())
+
+
+def test_evaluation_in_slices_of_rows_equals_the_whole_batch(monkeypatch):
+    # a batch is evaluated ROWS rows at a time (bounded memory); values, gradients and failed
+    # evaluations are those of the whole batch at once
+    import bgp4.generator._rows as rows
+
+    def log_target(z):
+        return torch.where(z[:, 0] < -1, torch.full_like(z[:, 0], math.inf), _well_log_target(z))
+
+    target = FunctionTarget(2, _normal_log_prob, log_target, _normal)
+    z = torch.randn(300, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    for grad in (True, False):
+        whole = target.evaluate(z, grad=grad)
+        monkeypatch.setattr(rows, "ROWS", 64)
+        sliced = target.evaluate(z, grad=grad)
+        monkeypatch.undo()
+        assert whole.log_ratio.isneginf().any() and len(sliced.log_ratio) == 300
+        for a, b in zip(whole[:4], sliced[:4]):
+            assert (a is None and b is None and not grad) or torch.equal(a, b)
+
+
+def test_by_rows_joins_tensors_named_tuples_nones_and_dicts():
+    from bgp4.generator._rows import by_rows
+    from bgp4.generator.targets import Evaluation
+
+    def evaluation(z):
+        return Evaluation(z.sum(1), 2 * z[:, 0], None, z.clone(), {"u": z[:, 1], "ok": z[:, 0] > 0})
+
+    z = torch.randn(1000, 3, generator=torch.Generator().manual_seed(0))
+    whole, sliced = evaluation(z), by_rows(evaluation, z, rows=300)
+    assert type(sliced) is Evaluation and sliced.grad_base is None
+    assert torch.equal(sliced.log_base, whole.log_base) and torch.equal(sliced.grad_ratio, whole.grad_ratio)
+    assert sliced.aux.keys() == whole.aux.keys() and all(torch.equal(sliced.aux[k], whole.aux[k]) for k in whole.aux)
+    assert torch.equal(by_rows(lambda t: (t[:, 0], t[:, 1]), z, rows=7)[1], z[:, 1])
+    with pytest.raises(TypeError, match="cannot join"):
+        by_rows(lambda t: float(t.sum()), z, rows=300)
 
 
 def test_resume_from_a_saved_level_is_exact():

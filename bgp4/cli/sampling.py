@@ -24,7 +24,10 @@ def sample(
     run: Path = typer.Argument(..., help="Run directory of a finished `bgp4 train`."),
     n: int = typer.Option(default_of(_SAMPLE, "n"), "--n", help="Number of samples."),
     out: Optional[Path] = typer.Option(None, "--out", help="Samples file (mdtraj HDF5). [default: RUN/samples.h5]"),
-    batch: int = typer.Option(default_of(_SAMPLE, "batch"), help="Samples drawn and evaluated per batch."),
+    batch: int = typer.Option(
+        default_of(_SAMPLE, "batch"),
+        help="Samples drawn and evaluated per batch (the flow takes 2,048 at a time: memory does not grow with it).",
+    ),
     device: str = typer.Option(
         default_of(_SAMPLE, "device"), help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."
     ),

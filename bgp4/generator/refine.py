@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from bgp4.analysis.weights import lineage_ess, reverse_ess
+from bgp4.generator._rows import by_rows
 from bgp4.generator.chains import Chains, ChainStore
 from bgp4.generator.moves import hmc_step as _hmc_step  # looked up here by run_levels (tests replace it)
 from bgp4.generator.moves import independence_step as _independence_step
@@ -346,7 +347,7 @@ def anneal(
         target, n, levels, steps, leapfrog, resample_ess, power, seed, pilot, independence=independence
     )
     with torch.no_grad():
-        x = generator.generate(c.z).x
+        x = by_rows(generator.generate, c.z).x
     return AnnealResult(
         x,
         c.z,

@@ -21,6 +21,7 @@ import torch
 
 from bgp4.analysis.weights import lineage_ess, reverse_ess
 from bgp4.errors import InputError
+from bgp4.generator._rows import by_rows
 from bgp4.generator.model import load_generator
 from bgp4.generator.refine import AnnealPlan, ChainStore, GeneratorTarget, anneal_batches, plan_annealing, schedule
 from bgp4.generator.rundir import COMPLETE, MODEL, RunDirectory
@@ -205,7 +206,7 @@ def _draw(
         while done < s.n:
             b = min(s.batch, s.n - done)
             with torch.no_grad():
-                x, log_q, ok, _ = bg.generate(next(latents))
+                x, log_q, ok, _ = by_rows(bg.generate, next(latents))
             x = x.detach().cpu().double().numpy().reshape(b, molecule.n_atoms, 3)
             log_q = log_q.detach().cpu().double().numpy()
             ok = ok.detach().cpu().numpy().astype(bool)
@@ -296,7 +297,7 @@ def _plan(store, record: dict[str, Any], target, s: SampleSettings, r: RefineSet
 def _refined_arrays(src: _Source, results: list) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """x (n, n_atoms, 3) nm, u (n,) kT and the per-sample extras of the finished chains of every batch."""
     with torch.no_grad():
-        x = torch.cat([src.bg.generate(c.z).x for c in results]).cpu().double().numpy()
+        x = torch.cat([by_rows(src.bg.generate, c.z).x for c in results]).cpu().double().numpy()
     u = torch.cat([c.aux["u"] for c in results]).cpu().numpy()
     log_q = torch.cat([c.aux["log_q"] for c in results]).cpu().numpy()
     ok = torch.cat([c.aux["ok"] for c in results]).cpu().numpy().astype(bool)

@@ -13,6 +13,8 @@ from typing import NamedTuple, Optional, Protocol
 
 import torch
 
+from bgp4.generator._rows import by_rows
+
 __all__ = ["Evaluation", "FunctionTarget", "GeneratorTarget", "Target"]
 
 
@@ -42,7 +44,12 @@ class Target(Protocol):
 
 
 def _with_grads(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad: bool) -> Evaluation:
-    """Evaluate base and ratio at z, with gradients by autograd when `grad`."""
+    """Evaluate base and ratio at z, with gradients by autograd when `grad`, in slices of rows
+    (`bgp4.generator._rows`: bounded memory for any batch size)."""
+    return by_rows(lambda rows: _evaluate(rows, log_base_fn, ratio_fn, grad), z)
+
+
+def _evaluate(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad: bool) -> Evaluation:
     zb = z.detach().requires_grad_(grad)
     with torch.set_grad_enabled(grad):
         lb = log_base_fn(zb)
