@@ -218,7 +218,10 @@ def test_evaluation_in_slices_of_rows_equals_the_whole_batch(monkeypatch):
     # evaluations are those of the whole batch at once
     import bgp4.generator._rows as rows
 
+    calls = []
+
     def log_target(z):
+        calls.append(len(z))
         return torch.where(z[:, 0] < -1, torch.full_like(z[:, 0], math.inf), _well_log_target(z))
 
     target = FunctionTarget(2, _normal_log_prob, log_target, _normal)
@@ -226,8 +229,10 @@ def test_evaluation_in_slices_of_rows_equals_the_whole_batch(monkeypatch):
     for grad in (True, False):
         whole = target.evaluate(z, grad=grad)
         monkeypatch.setattr(rows, "ROWS", 64)
+        calls.clear()
         sliced = target.evaluate(z, grad=grad)
         monkeypatch.undo()
+        assert calls == [64, 64, 64, 64, 44]  # the slices reached the target
         assert whole.log_ratio.isneginf().any() and len(sliced.log_ratio) == 300
         for a, b in zip(whole[:4], sliced[:4]):
             assert (a is None and b is None and not grad) or torch.equal(a, b)
@@ -248,6 +253,10 @@ def test_by_rows_joins_tensors_named_tuples_nones_and_dicts():
     assert torch.equal(by_rows(lambda t: (t[:, 0], t[:, 1]), z, rows=7)[1], z[:, 1])
     with pytest.raises(TypeError, match="cannot join"):
         by_rows(lambda t: float(t.sum()), z, rows=300)
+    with pytest.raises(TypeError, match="same structure"):
+        by_rows(lambda t: None if len(t) == 300 else t, z, rows=300)
+    with pytest.raises(ValueError, match="at least 1"):
+        by_rows(evaluation, z, rows=0)
 
 
 def test_resume_from_a_saved_level_is_exact():
@@ -346,6 +355,19 @@ def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
         zero = anneal(bg, energy, 100, 0, seed=1)
         direct = GeneratorTarget(bg, energy).evaluate(zero.z, grad=False)
         assert torch.equal(zero.log_w, zero.raw_log_w) and torch.equal(zero.log_w, direct.log_ratio)
+        # in slices of rows (bounded memory), with forces and the flow's backward pass: the same values
+        import bgp4.generator._rows as rows
+
+        whole = GeneratorTarget(bg, energy).evaluate(zero.z, grad=True)
+        saved, rows.ROWS = rows.ROWS, 32
+        try:
+            sliced = GeneratorTarget(bg, energy).evaluate(zero.z, grad=True)
+        finally:
+            rows.ROWS = saved
+        live = torch.isfinite(whole.log_ratio)
+        assert torch.equal(torch.isfinite(sliced.log_ratio), live) and torch.equal(sliced.aux["ok"], whole.aux["ok"])
+        for a, b in [(sliced.log_ratio[live], whole.log_ratio[live]), (sliced.grad_ratio, whole.grad_ratio)]:
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture(scope="module")

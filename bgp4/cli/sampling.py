@@ -26,7 +26,7 @@ def sample(
     out: Optional[Path] = typer.Option(None, "--out", help="Samples file (mdtraj HDF5). [default: RUN/samples.h5]"),
     batch: int = typer.Option(
         default_of(_SAMPLE, "batch"),
-        help="Samples drawn and evaluated per batch (the flow takes 2,048 at a time: memory does not grow with it).",
+        help="Samples drawn and evaluated per batch (the flow takes them in slices, so its memory stays bounded).",
     ),
     device: str = typer.Option(
         default_of(_SAMPLE, "device"), help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."

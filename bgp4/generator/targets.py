@@ -45,11 +45,12 @@ class Target(Protocol):
 
 def _with_grads(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad: bool) -> Evaluation:
     """Evaluate base and ratio at z, with gradients by autograd when `grad`, in slices of rows
-    (`bgp4.generator._rows`: bounded memory for any batch size)."""
+    (`bgp4.generator._rows`: the flow's intermediates stay bounded for any batch size)."""
     return by_rows(lambda rows: _evaluate(rows, log_base_fn, ratio_fn, grad), z)
 
 
 def _evaluate(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad: bool) -> Evaluation:
+    """`_with_grads` on one slice of rows."""
     zb = z.detach().requires_grad_(grad)
     with torch.set_grad_enabled(grad):
         lb = log_base_fn(zb)

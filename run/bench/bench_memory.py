@@ -50,6 +50,7 @@ def peak_gib(argv: list[str]) -> tuple[float, float, str]:
 
 
 def main() -> None:
+    """Run every (batch, rows) case in a fresh process and print a table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path)
     parser.add_argument("--n", type=int, default=20000)
