@@ -1,0 +1,45 @@
+"""Refine a trained run (20,000 samples, AIS(48) by independence moves, batch 10,000) in a fresh
+process, on the main thread (`main`) or on another thread (`thread`, as Dask runs tasks), and
+print the process's RSS (GiB) every 3 s.
+
+Usage: python refine_in_thread.py RUN main|thread
+"""
+
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+from bgp4.generator.sample import refine_run
+from bgp4.settings import RefineSettings, SampleSettings
+
+trace: list[float] = []
+
+
+def watch() -> None:
+    process = psutil.Process()
+    while True:
+        trace.append(process.memory_info().rss / 2**30)
+        time.sleep(1)
+
+
+def work(run: str, out: str) -> None:
+    started = time.time()
+    settings = SampleSettings(n=20000, batch=10000, workers=1, device="cpu", seed=0)
+    summary, _ = refine_run(run, settings, RefineSettings(levels=48, steps=0), out=out, overwrite=True, progress=False)
+    print(f"wall {time.time() - started:.1f} s, reverse ESS {summary.get('reverse_ess')}")
+
+
+if __name__ == "__main__":
+    run, where = sys.argv[1], sys.argv[2]
+    threading.Thread(target=watch, daemon=True).start()
+    with tempfile.TemporaryDirectory() as scratch:
+        if where == "thread":
+            worker = threading.Thread(target=work, args=(run, f"{scratch}/s.h5"))
+            worker.start()
+            worker.join()
+        else:
+            work(run, f"{scratch}/s.h5")
+    print(" ".join(f"{x:.1f}" for x in trace[::3]), f"max {max(trace):.2f}")
