@@ -10,19 +10,10 @@ import tempfile
 import threading
 import time
 
-import psutil
+from _rss import start_trace
 
 from bgp4.generator.sample import refine_run
 from bgp4.settings import RefineSettings, SampleSettings
-
-trace: list[float] = []
-
-
-def watch() -> None:
-    process = psutil.Process()
-    while True:
-        trace.append(process.memory_info().rss / 2**30)
-        time.sleep(1)
 
 
 def work(run: str, out: str) -> None:
@@ -34,7 +25,7 @@ def work(run: str, out: str) -> None:
 
 if __name__ == "__main__":
     run, where = sys.argv[1], sys.argv[2]
-    threading.Thread(target=watch, daemon=True).start()
+    trace = start_trace()
     with tempfile.TemporaryDirectory() as scratch:
         if where == "thread":
             worker = threading.Thread(target=work, args=(run, f"{scratch}/s.h5"))

@@ -8,21 +8,11 @@ Usage: python tasks_without_dask.py DONE_RUN OUT   (DONE_RUN: a finished sweep r
 import json
 import sys
 import threading
-import time
 
-import psutil
+from _rss import start_trace
 
 from bgp4.sweep.spec import RunSpec
 from bgp4.sweep.tasks import finish_task, train_task
-
-trace: list[float] = []
-
-
-def watch() -> None:
-    process = psutil.Process()
-    while True:
-        trace.append(process.memory_info().rss / 2**30)
-        time.sleep(1)
 
 
 def on_thread(fn, *args) -> None:
@@ -37,7 +27,7 @@ if __name__ == "__main__":
         name="spline-s0", model="spline", seed=0, path=sys.argv[2], train=dict(done["train"], steps=500),
         sample=done["sample"], threads=1, gpus=0.0, refine=done["refine"],
     )  # fmt: skip
-    threading.Thread(target=watch, daemon=True).start()
+    trace = start_trace()
     for until in range(125, 501, 125):
         on_thread(train_task, spec, until)
     start = len(trace)
