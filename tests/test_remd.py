@@ -142,7 +142,7 @@ def test_equilibrated_walkers_resume_at_their_temperatures(tiny, molecule):
     assert sorted(where) == [0, 1, 2] and list(where) != [0, 1, 2]  # exchanges moved them (seed 3)
     segment = tiny.work / "segment-0000"
     with remd._openmmtools_quietly():
-        sampler, reporter = remd._resume(segment, Stage(tiny.work).recorded(), molecule.n_atoms)
+        sampler, reporter = remd._open(segment, Stage(tiny.work).recorded(), molecule.n_atoms)
         reporter.close()
     assert sampler.iteration == 20  # the sealed segment, reopened at its last checkpoint
     reporter = remd._reporter(segment, molecule.n_atoms, mode="r")
@@ -329,7 +329,7 @@ def test_an_opened_segment_knows_each_walkers_temperature(tiny, molecule):
     exchanged walkers (the first production iteration is checked in the exchange-refresh run below)."""
     record = Stage(tiny.work).recorded()
     with remd._openmmtools_quietly():
-        sampler, reporter = remd._resume(tiny.work / "segment-0000", record, molecule.n_atoms)
+        sampler, reporter = remd._open(tiny.work / "segment-0000", record, molecule.n_atoms)
         reporter.close()
     assert sampler.iteration == 20
     remd._note_temperatures(sampler)
@@ -459,8 +459,23 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
         simulate(out, replace(settings, seed=6), progress=False)
     if damage:  # as a kill in the middle of an HDF5 write may leave it
         (work / "segment-0001" / "remd.nc").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(4000))
+    opened, sealed, reporter, seal = [], [], remd._reporter, remd._seal_at_checkpoint
+
+    def reporting(directory, n_atoms, mode=None):
+        opened.append((directory.name, mode))
+        return reporter(directory, n_atoms, mode)
+
+    def sealing(directory, n_atoms):
+        sealed.append((directory.name, seal(directory, n_atoms)))
+        return sealed[-1][1]
+
+    monkeypatch.setattr(remd, "_reporter", reporting)
+    monkeypatch.setattr(remd, "_seal_at_checkpoint", sealing)
     simulate(out, settings, progress=False)
     assert ("does not open" in capsys.readouterr().err) == damage
+    # a cut segment is read, never written again (a file killed mid-write may fail on its next write)
+    assert sealed == [("segment-0001", not damage)]
+    assert (("segment-0001", None) in opened) == damage  # a damaged one is made again
     data = load_trajectory(out, extras=("walker",))
     assert data.n_frames == 50 and not work.exists()
     assert np.allclose(mdtraj.load(str(out)).time, np.arange(1, 51) * 0.02)
@@ -472,7 +487,8 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
 def test_a_partial_run_resumes_shorter_or_longer(tmp_path, monkeypatch):
     """Cut in its second segment, a 50-frame run resumed with 15 frames keeps the first 15 (those
     of a fresh 15-frame run: the first segment was sealed unbroken); resumed with 65 it goes on
-    past the 50 it was started with (segments end on checkpoints: 20, 20, 20 and 10 iterations)."""
+    past the 50 it was started with (segments end on checkpoints: 20, the cut one sealed at its
+    checkpoint 10, then 20 and 20)."""
     monkeypatch.setattr(remd, "SEGMENT_ITERATIONS", 20)
     settings = replace(TINY, frames=50, equilibration_ps=0.0)
     for frames in (15, 65):

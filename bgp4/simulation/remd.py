@@ -22,10 +22,12 @@ Resuming. The run lives in `<out>.partial/` beside the settings record, cut into
 SEGMENT_ITERATIONS iterations, each an openmmtools storage of its own (`segment-NNNN/`). A
 segment is created in a temporary directory and renamed when ready; it is sealed (`done.json`)
 once it holds all its iterations, and never written again. The running segment checkpoints every
-CHECKPOINT_ITERATIONS iterations; a rerun reopens it with `from_storage`, which goes on from its
-last checkpoint. A netCDF (HDF5) file killed in the middle of a write may not open again
-(openmmtools issue 754): such a segment is made again from the end of the sealed one before it,
-so a kill at any moment loses at most one segment. Ctrl-C or SIGTERM stops between iterations.
+CHECKPOINT_ITERATIONS iterations. A rerun never writes into a segment that was stopped, since a
+netCDF (HDF5) file killed in the middle of a write may open and read well and still fail on the
+next write (openmmtools issue 754): it seals that segment at its last checkpoint, read-only, and
+the next segment goes on from there, so a stop loses at most CHECKPOINT_ITERATIONS iterations. A
+segment that does not read back is made again from the end of the sealed one before it (at most
+one segment lost). Ctrl-C or SIGTERM stops between iterations.
 A partial run may resume with another `--frames`: a longer one goes on from its last segment (every
 segment ends on a checkpoint), a shorter one keeps the first iterations it asked for.
 
@@ -233,24 +235,46 @@ def _start_of(work: Path, k: int, molecule) -> tuple[list, list[int] | None]:
     return walkers, where
 
 
-def _resume(directory: Path, record: Mapping[str, Any], n_atoms: int):
-    """(sampler, reporter) of a segment, at its last checkpoint; None when its storage does not open."""
-    import netCDF4
+def _open(directory: Path, record: Mapping[str, Any], n_atoms: int):
+    """(sampler, reporter) of a segment at its last checkpoint (`from_storage`): iteration 0 of
+    one just made, which is the only kind a run writes into."""
     from openmmtools.multistate import ParallelTemperingSampler
+
+    reporter = _reporter(directory, n_atoms)
+    try:
+        sampler = ParallelTemperingSampler.from_storage(reporter)
+    except Exception as exc:
+        reporter.close()
+        raise Bgp4Error(f"openmmtools cannot open the storage it just wrote in {directory}: {exc}") from exc
+    _use_platform(sampler, record["platform"])
+    return sampler, reporter
+
+
+def _seal_at_checkpoint(directory: Path, n_atoms: int) -> bool:
+    """Seal a segment that a stop or a kill left unsealed at its last checkpoint, reading it only;
+    False (after a line on stderr) when it holds no checkpoint past its start or does not read back."""
+    import netCDF4
 
     reporter = None
     try:
         for name in (STORAGE, CHECKPOINT_STORAGE):  # fails at once, where openmmtools retries for 8 s
             netCDF4.Dataset(str(directory / name), "r").close()
-        reporter = _reporter(directory, n_atoms)
-        sampler = ParallelTemperingSampler.from_storage(reporter)
+        reporter = _reporter(directory, n_atoms, mode="r")
+        last = int(reporter.read_last_iteration(last_checkpoint=True))
+        readable = last > 0 and reporter.read_sampler_states(last) is not None
+        reporter.read_replica_thermodynamic_states(last)
     except Exception as exc:  # noqa: BLE001 - any failure to read the storage means: damaged by a kill
+        print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
+        return False
+    finally:
         if reporter is not None:
             reporter.close()
-        print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
-        return None
-    _use_platform(sampler, record["platform"])
-    return sampler, reporter
+    if not readable:
+        return False
+    info = json.loads((directory / SEGMENT_INFO).read_text())
+    atomic_write(directory / SEGMENT_INFO, json.dumps({**info, "iterations": last}))
+    atomic_write(directory / DONE, json.dumps({"iterations": last}))
+    return True
 
 
 def _note_temperatures(sampler) -> None:
@@ -287,18 +311,14 @@ def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar, stop: St
     while (start := _held(sealed := _sealed(work))) < frames:
         k = len(sealed)
         directory = _segment(work, k)
-        opened = _resume(directory, record, molecule.n_atoms) if directory.exists() else None
-        if opened is None:
-            shutil.rmtree(directory, ignore_errors=True)
-            _make_segment(work, k, start, _segment_size(frames - start), record, molecule)
-            opened = _resume(directory, record, molecule.n_atoms)
-            if opened is None:
-                raise Bgp4Error(f"openmmtools cannot open the storage it just wrote in {directory}")
-        sampler, reporter = opened
-        if k or sampler.iteration:
+        if directory.exists() and _seal_at_checkpoint(directory, molecule.n_atoms):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        _make_segment(work, k, start, _segment_size(frames - start), record, molecule)
+        sampler, reporter = _open(directory, record, molecule.n_atoms)
+        if k:
             _note_temperatures(sampler)
-        bar.update(sampler.iteration)
-        _reseed(seed, 1, start + sampler.iteration)
+        _reseed(seed, 1, start)
         try:
             _advance(sampler, bar, stop)
         except SimulationNaNError as exc:
@@ -353,7 +373,7 @@ def _read_segment(directory: Path, info: Mapping[str, int], n: int, n_atoms: int
     held = int(info["iterations"])
     reporter = _reporter(directory, n_atoms, mode="r")
     try:
-        if reporter.read_last_iteration(last_checkpoint=False) != held:
+        if reporter.read_last_iteration(last_checkpoint=False) < held:  # a segment sealed early holds more
             raise Bgp4Error(f"{directory} does not hold its {held} iterations; remove it and rerun to make it again")
         iterations = slice(1, n + 1)  # iteration 0 is the segment's starting point
         reduced, _, _ = reporter.read_energies(iterations)  # (n, walkers, temperatures), kT of each
