@@ -107,8 +107,8 @@ def test_sample_log_q_matches_log_prob(kind, frames, molecule):
 
 
 def test_generating_in_slices_of_rows_matches_the_whole_batch(frames, molecule):
-    # sampling and AIS push large batches through the flow in slices (bgp4.generator._rows)
-    from bgp4.generator._rows import by_rows
+    # sampling and AIS push large batches through the flow in slices (bgp4.generator.rows)
+    from bgp4.generator.rows import by_rows
 
     torch.manual_seed(2)
     model = build_generator("spline", frames, blocks=1, hidden=16, molecule=molecule, dtype=torch.float64)

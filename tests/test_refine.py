@@ -216,7 +216,7 @@ def test_plus_infinite_target_is_a_failed_evaluation_with_or_without_gradients()
 def test_evaluation_in_slices_of_rows_equals_the_whole_batch(monkeypatch):
     # a batch is evaluated ROWS rows at a time (bounded memory); values, gradients and failed
     # evaluations are those of the whole batch at once
-    import bgp4.generator._rows as rows
+    import bgp4.generator.rows as rows
 
     calls = []
 
@@ -239,7 +239,7 @@ def test_evaluation_in_slices_of_rows_equals_the_whole_batch(monkeypatch):
 
 
 def test_by_rows_joins_tensors_named_tuples_nones_and_dicts():
-    from bgp4.generator._rows import by_rows
+    from bgp4.generator.rows import by_rows
     from bgp4.generator.targets import Evaluation
 
     def evaluation(z):
@@ -356,7 +356,7 @@ def test_molecule_path_on_a_tiny_generator(molecule, md_frames):
         direct = GeneratorTarget(bg, energy).evaluate(zero.z, grad=False)
         assert torch.equal(zero.log_w, zero.raw_log_w) and torch.equal(zero.log_w, direct.log_ratio)
         # in slices of rows (bounded memory), with forces and the flow's backward pass: the same values
-        import bgp4.generator._rows as rows
+        import bgp4.generator.rows as rows
 
         whole = GeneratorTarget(bg, energy).evaluate(zero.z, grad=True)
         saved, rows.ROWS = rows.ROWS, 32

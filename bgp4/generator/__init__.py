@@ -14,7 +14,7 @@ Modules:
     refine, targets: annealed importance sampling in the latent space, with chains (the
         annealed samples and where a killed refinement resumes from) and moves (HMC/MALA,
         independence Metropolis, resampling).
-    _rows: large batches through the flow a slice of rows at a time (bounded memory).
+    rows: large batches through the flow a slice of rows at a time (bounded memory).
 """
 
 __all__: list[str] = []

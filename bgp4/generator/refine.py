@@ -41,12 +41,12 @@ import numpy as np
 import torch
 
 from bgp4.analysis.weights import lineage_ess, reverse_ess
-from bgp4.generator._rows import by_rows
 from bgp4.generator.chains import Chains, ChainStore
 from bgp4.generator.moves import hmc_step as _hmc_step  # looked up here by run_levels (tests replace it)
 from bgp4.generator.moves import independence_step as _independence_step
 from bgp4.generator.moves import mean_rate as _mean_rate
 from bgp4.generator.moves import systematic_resample as _systematic
+from bgp4.generator.rows import by_rows
 from bgp4.generator.targets import Evaluation, FunctionTarget, GeneratorTarget, Target
 from bgp4.settings import check_refine, check_schedule
 

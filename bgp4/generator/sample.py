@@ -21,9 +21,9 @@ import torch
 
 from bgp4.analysis.weights import lineage_ess, reverse_ess
 from bgp4.errors import InputError
-from bgp4.generator._rows import by_rows
 from bgp4.generator.model import load_generator
 from bgp4.generator.refine import AnnealPlan, ChainStore, GeneratorTarget, anneal_batches, plan_annealing, schedule
+from bgp4.generator.rows import by_rows
 from bgp4.generator.rundir import COMPLETE, MODEL, RunDirectory
 from bgp4.platform import resolve_device
 from bgp4.settings import RefineSettings, SampleSettings

@@ -13,7 +13,7 @@ from typing import NamedTuple, Optional, Protocol
 
 import torch
 
-from bgp4.generator._rows import by_rows
+from bgp4.generator.rows import by_rows
 
 __all__ = ["Evaluation", "FunctionTarget", "GeneratorTarget", "Target"]
 
@@ -45,7 +45,7 @@ class Target(Protocol):
 
 def _with_grads(z: torch.Tensor, log_base_fn: Callable, ratio_fn: Callable, grad: bool) -> Evaluation:
     """Evaluate base and ratio at z, with gradients by autograd when `grad`, in slices of rows
-    (`bgp4.generator._rows`: the flow's intermediates stay bounded for any batch size)."""
+    (`bgp4.generator.rows`: the flow's intermediates stay bounded for any batch size)."""
     return by_rows(lambda rows: _evaluate(rows, log_base_fn, ratio_fn, grad), z)
 
 

@@ -18,10 +18,10 @@ import torch
 
 from bgp4.analysis.weights import forward_ess
 from bgp4.generator.model import load_generator
+from bgp4.generator.rows import by_rows
 from bgp4.generator.rundir import MODEL, SPLIT
 
 __all__ = [
-    "FORWARD_BATCH",
     "FORWARD_FRAMES",
     "cost_metrics",
     "forward_frames",
@@ -33,8 +33,6 @@ __all__ = [
 
 #: MD frames at most on which the forward ESS is computed (seeded choice).
 FORWARD_FRAMES = 10_000
-#: Frames per batch through the generator's inverse.
-FORWARD_BATCH = 2048
 
 
 def _choose(frames: np.ndarray, seed: int, n: int) -> np.ndarray:
@@ -73,11 +71,7 @@ def _log_q(run: Path, xyz: np.ndarray, frames: np.ndarray) -> np.ndarray:
     on the CPU, no gradients); nan where it is not finite."""
     bg = load_generator(run / MODEL, map_location="cpu").eval()
     with torch.no_grad():
-        parts = [
-            bg.log_prob(torch.as_tensor(xyz[chunk])).double().numpy()
-            for chunk in np.array_split(frames, max(1, -(-frames.size // FORWARD_BATCH)))
-        ]
-    log_q = np.concatenate(parts) if parts else np.zeros(0)
+        log_q = by_rows(bg.log_prob, torch.as_tensor(xyz[frames])).double().numpy()
     return np.where(np.isfinite(log_q), log_q, np.nan)
 
 

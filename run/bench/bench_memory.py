@@ -1,5 +1,5 @@
 """Peak memory and time of AIS refinement against the sample batch size, with and without
-evaluating the flow in slices of rows (`bgp4.generator._rows.ROWS`).
+evaluating the flow in slices of rows (`bgp4.generator.rows.ROWS`).
 
 Each case runs `bgp4.generator.sample.refine_run` on a trained run's generator in a fresh Python
 process (n samples, K levels of independence moves only, as `bgp4 sample --refine K
@@ -24,7 +24,7 @@ __all__ = ["main", "peak_gib"]
 
 _CHILD = """
 import sys, torch
-import bgp4.generator._rows as rows
+import bgp4.generator.rows as rows
 from bgp4.generator.sample import refine_run
 from bgp4.settings import RefineSettings, SampleSettings
 run, out, n, batch, levels, slice_rows = sys.argv[1:7]
