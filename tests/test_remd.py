@@ -20,6 +20,7 @@ import openmm
 import pytest
 
 from bgp4.errors import InputError
+from bgp4.simulation import _remd_segments as segments
 from bgp4.simulation import remd
 from bgp4.simulation.data import load_trajectory, read_settings
 from bgp4.simulation.ladder import (
@@ -145,7 +146,7 @@ def test_equilibrated_walkers_resume_at_their_temperatures(tiny, molecule):
         sampler, reporter = remd._open(segment, Stage(tiny.work).recorded(), molecule.n_atoms)
         reporter.close()
     assert sampler.iteration == 20  # the sealed segment, reopened at its last checkpoint
-    reporter = remd._reporter(segment, molecule.n_atoms, mode="r")
+    reporter = segments.reporter(segment, molecule.n_atoms, mode="r")
     try:
         stored_where = reporter.read_replica_thermodynamic_states(0)
         stored_energies, _, _ = reporter.read_energies(0)
@@ -162,14 +163,14 @@ def test_file_frames_are_the_lowest_temperatures_walkers(tiny, molecule):
     data = load_trajectory(tiny.out, extras=("walker",))
     walker = data.extras["walker"].astype(int)
     segment = tiny.work / "segment-0000"
-    reporter = remd._reporter(segment, molecule.n_atoms, mode="r")
+    reporter = segments.reporter(segment, molecule.n_atoms, mode="r")
     try:
         where = reporter.read_replica_thermodynamic_states(slice(1, 21))  # (iterations, walkers)
     finally:
         reporter.close()
     assert np.all(where[np.arange(20), walker] == 0)
     assert len(set(walker)) > 1  # the lowest temperature was held by several walkers
-    with netCDF4.Dataset(str(segment / remd.STORAGE), "r") as storage:
+    with netCDF4.Dataset(str(segment / segments.STORAGE), "r") as storage:
         positions = np.asarray(storage.variables["positions"][1:21], dtype=np.float32)
     assert np.array_equal(data.xyz, positions[np.arange(20), walker])
 
@@ -368,7 +369,7 @@ def test_a_sealed_segment_stores_the_runs_moves(tiny, molecule):
     """The moves written once per segment are the run's: the steps of an iteration and the refresh."""
     record = Stage(tiny.work).recorded()
     with remd._openmmtools_quietly():
-        reporter = remd._reporter(tiny.work / "segment-0000", molecule.n_atoms, mode="r")
+        reporter = segments.reporter(tiny.work / "segment-0000", molecule.n_atoms, mode="r")
         moves = reporter.read_mcmc_moves()
         reporter.close()
     assert len(moves) == len(record["temperatures"])
@@ -446,7 +447,7 @@ def _interrupt_after(iterations: int):
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", [False, True], ids=["from-checkpoint", "damaged-storage"])
 def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, capsys, damage):
-    monkeypatch.setattr(remd, "SEGMENT_ITERATIONS", 20)
+    monkeypatch.setattr(segments, "SEGMENT_ITERATIONS", 20)
     settings = replace(TINY, frames=50, equilibration_ps=0.0)
     out, work = tmp_path / "cut.h5", tmp_path / "cut.h5.partial"
     with monkeypatch.context() as patch:
@@ -459,7 +460,7 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
         simulate(out, replace(settings, seed=6), progress=False)
     if damage:  # as a kill in the middle of an HDF5 write may leave it
         (work / "segment-0001" / "remd.nc").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(4000))
-    opened, sealed, reporter, seal = [], [], remd._reporter, remd._seal_at_checkpoint
+    opened, sealed, reporter, seal = [], [], segments.reporter, segments.seal_at_checkpoint
 
     def reporting(directory, n_atoms, mode=None):
         opened.append((directory.name, mode))
@@ -469,8 +470,8 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
         sealed.append((directory.name, seal(directory, n_atoms)))
         return sealed[-1][1]
 
-    monkeypatch.setattr(remd, "_reporter", reporting)
-    monkeypatch.setattr(remd, "_seal_at_checkpoint", sealing)
+    monkeypatch.setattr(segments, "reporter", reporting)
+    monkeypatch.setattr(segments, "seal_at_checkpoint", sealing)
     simulate(out, settings, progress=False)
     assert ("does not open" in capsys.readouterr().err) == damage
     # a cut segment is read, never written again (a file killed mid-write may fail on its next write)
@@ -489,7 +490,7 @@ def test_a_partial_run_resumes_shorter_or_longer(tmp_path, monkeypatch):
     of a fresh 15-frame run: the first segment was sealed unbroken); resumed with 65 it goes on
     past the 50 it was started with (segments end on checkpoints: 20, the cut one sealed at its
     checkpoint 10, then 20 and 20)."""
-    monkeypatch.setattr(remd, "SEGMENT_ITERATIONS", 20)
+    monkeypatch.setattr(segments, "SEGMENT_ITERATIONS", 20)
     settings = replace(TINY, frames=50, equilibration_ps=0.0)
     for frames in (15, 65):
         out, work = tmp_path / f"to-{frames}.h5", tmp_path / f"to-{frames}.h5.partial"
@@ -506,7 +507,7 @@ def test_a_partial_run_resumes_shorter_or_longer(tmp_path, monkeypatch):
     fresh = tmp_path / "fresh-15.h5"
     simulate(fresh, replace(settings, frames=15), progress=False)
     np.testing.assert_array_equal(load_trajectory(tmp_path / "to-15.h5").xyz, load_trajectory(fresh).xyz)
-    assert remd._segment_size(5) == 10 and remd._segment_size(25) == 20  # a checkpoint at every end
+    assert segments.size(5) == 10 and segments.size(25) == 20  # a checkpoint at every end
 
 
 def test_sigterm_in_a_storage_write_stops_between_iterations_and_resumes(tmp_path, monkeypatch):

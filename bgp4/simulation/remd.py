@@ -56,6 +56,7 @@ import numpy as np
 from bgp4._io import atomic_write
 from bgp4._stop import StopRequest
 from bgp4.errors import Bgp4Error, InputError
+from bgp4.simulation import _remd_segments as segments
 from bgp4.simulation.ladder import (
     MIXING,
     REFRESH_DEFAULT,
@@ -65,17 +66,11 @@ from bgp4.simulation.ladder import (
 )
 from bgp4.stage import Stage
 
-__all__ = ["CHECKPOINT_ITERATIONS", "SEGMENT_ITERATIONS", "run_replica_exchange"]
+__all__ = ["run_replica_exchange"]
 
 # Lazy, inside the functions that need them: openmm, openmmtools (a second to import, with numba
 # and pymbar), bgp4.platform, bgp4.simulation.molecule and bgp4.simulation.data. `MDSettings.resolved`
 # imports bgp4.simulation.ladder (the ladder, its checks and the record) and stays free of them too.
-
-CHECKPOINT_ITERATIONS = 10  # iterations between openmmtools checkpoints: what a kill loses at most
-SEGMENT_ITERATIONS = 1000  # iterations of one storage (a multiple of CHECKPOINT_ITERATIONS)
-STORAGE, CHECKPOINT_STORAGE = "remd.nc", "remd_checkpoint.nc"  # openmmtools' analysis and checkpoint files
-SEGMENT = "segment-{:04d}"
-SEGMENT_INFO, DONE = "segment.json", "done.json"
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -101,47 +96,6 @@ def _reseed(seed: int, phase: int, iteration: int) -> None:
     np.random.seed(np.random.SeedSequence([seed, phase, iteration]).generate_state(1)[0])
 
 
-def _segment(work: Path, k: int) -> Path:
-    return work / SEGMENT.format(k)
-
-
-def _sealed(work: Path) -> list[dict[str, int]]:
-    """{start, iterations} of every sealed segment, in order."""
-    found: list[dict[str, int]] = []
-    while (_segment(work, len(found)) / DONE).exists():
-        found.append(json.loads((_segment(work, len(found)) / SEGMENT_INFO).read_text()))
-    return found
-
-
-def _segment_size(left: int) -> int:
-    """Iterations of a new segment when `left` are still to run: at most SEGMENT_ITERATIONS, and a
-    multiple of CHECKPOINT_ITERATIONS, so that every sealed segment ends on a checkpoint from which
-    a longer run (a larger --frames) can go on; the data file keeps only the frames asked for."""
-    return min(SEGMENT_ITERATIONS, -(-left // CHECKPOINT_ITERATIONS) * CHECKPOINT_ITERATIONS)
-
-
-def _held(sealed: list[dict[str, int]]) -> int:
-    """Iterations the sealed segments hold."""
-    return sum(segment["iterations"] for segment in sealed)
-
-
-def _reporter(directory: Path, n_atoms: int, mode: str | None = None):
-    """openmmtools' storage of one segment: every atom's position at every iteration in the
-    analysis file (velocities only at checkpoints), full checkpoints every CHECKPOINT_ITERATIONS;
-    the MCMC moves only when they change (`SegmentReporter`)."""
-    from bgp4.simulation._remd_storage import SegmentReporter
-
-    return SegmentReporter(
-        str(directory / STORAGE),
-        open_mode=mode,
-        checkpoint_interval=CHECKPOINT_ITERATIONS,
-        checkpoint_storage=CHECKPOINT_STORAGE,
-        analysis_particle_indices=range(n_atoms),
-        position_interval=1,
-        velocity_interval=0,
-    )
-
-
 def _use_platform(sampler, platform: str) -> None:
     """Give the sampler context caches on the run's OpenMM platform (openmmtools' global cache
     would pick the fastest one it finds; a resumed sampler starts with that global cache again)."""
@@ -164,7 +118,7 @@ def _make_segment(work: Path, k: int, start: int, iterations: int, record: Mappi
 
     from bgp4.simulation._remd_move import SeededLangevinMove
 
-    tmp = work / (SEGMENT.format(k) + ".tmp")
+    tmp = work / (segments.SEGMENT.format(k) + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     temperatures = [t * unit.kelvin for t in record["temperatures"]]
@@ -179,7 +133,7 @@ def _make_segment(work: Path, k: int, start: int, iterations: int, record: Mappi
     )
     _use_platform(sampler, record["platform"])
     walkers, where = _start_of(work, k, molecule)
-    reporter = _reporter(tmp, molecule.n_atoms)
+    reporter = segments.reporter(tmp, molecule.n_atoms)
     try:
         sampler.create(
             states.ThermodynamicState(molecule.system, temperatures[0]),
@@ -199,8 +153,8 @@ def _make_segment(work: Path, k: int, start: int, iterations: int, record: Mappi
         _store_start(sampler)
     finally:
         reporter.close()
-    atomic_write(tmp / SEGMENT_INFO, json.dumps({"start": start, "iterations": iterations}))
-    os.rename(tmp, _segment(work, k))
+    atomic_write(tmp / segments.SEGMENT_INFO, json.dumps({"start": start, "iterations": iterations}))
+    os.rename(tmp, segments.path(work, k))
 
 
 def _store_start(sampler) -> None:
@@ -222,9 +176,9 @@ def _start_of(work: Path, k: int, molecule) -> tuple[list, list[int] | None]:
 
     if k == 0:
         return [states.SamplerState(molecule.positions)], None
-    previous = _segment(work, k - 1)
-    last = json.loads((previous / SEGMENT_INFO).read_text())["iterations"]
-    reporter = _reporter(previous, molecule.n_atoms, mode="r")
+    previous = segments.path(work, k - 1)
+    last = json.loads((previous / segments.SEGMENT_INFO).read_text())["iterations"]
+    reporter = segments.reporter(previous, molecule.n_atoms, mode="r")
     try:
         walkers = reporter.read_sampler_states(last)
         where = [int(i) for i in reporter.read_replica_thermodynamic_states(last)]
@@ -240,7 +194,7 @@ def _open(directory: Path, record: Mapping[str, Any], n_atoms: int):
     one just made, which is the only kind a run writes into."""
     from openmmtools.multistate import ParallelTemperingSampler
 
-    reporter = _reporter(directory, n_atoms)
+    reporter = segments.reporter(directory, n_atoms)
     try:
         sampler = ParallelTemperingSampler.from_storage(reporter)
     except Exception as exc:
@@ -248,33 +202,6 @@ def _open(directory: Path, record: Mapping[str, Any], n_atoms: int):
         raise Bgp4Error(f"openmmtools cannot open the storage it just wrote in {directory}: {exc}") from exc
     _use_platform(sampler, record["platform"])
     return sampler, reporter
-
-
-def _seal_at_checkpoint(directory: Path, n_atoms: int) -> bool:
-    """Seal a segment that a stop or a kill left unsealed at its last checkpoint, reading it only;
-    False (after a line on stderr) when it holds no checkpoint past its start or does not read back."""
-    import netCDF4
-
-    reporter = None
-    try:
-        for name in (STORAGE, CHECKPOINT_STORAGE):  # fails at once, where openmmtools retries for 8 s
-            netCDF4.Dataset(str(directory / name), "r").close()
-        reporter = _reporter(directory, n_atoms, mode="r")
-        last = int(reporter.read_last_iteration(last_checkpoint=True))
-        readable = last > 0 and reporter.read_sampler_states(last) is not None
-        reporter.read_replica_thermodynamic_states(last)
-    except Exception as exc:  # noqa: BLE001 - any failure to read the storage means: damaged by a kill
-        print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
-        return False
-    finally:
-        if reporter is not None:
-            reporter.close()
-    if not readable:
-        return False
-    info = json.loads((directory / SEGMENT_INFO).read_text())
-    atomic_write(directory / SEGMENT_INFO, json.dumps({**info, "iterations": last}))
-    atomic_write(directory / DONE, json.dumps({"iterations": last}))
-    return True
 
 
 def _note_temperatures(sampler) -> None:
@@ -308,13 +235,13 @@ def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar, stop: St
     from openmmtools.multistate.utils import SimulationNaNError
 
     frames, seed = int(record["frames"]), int(record["seed"])
-    while (start := _held(sealed := _sealed(work))) < frames:
+    while (start := segments.held(sealed := segments.sealed(work))) < frames:
         k = len(sealed)
-        directory = _segment(work, k)
-        if directory.exists() and _seal_at_checkpoint(directory, molecule.n_atoms):
+        directory = segments.path(work, k)
+        if directory.exists() and segments.seal_at_checkpoint(directory, molecule.n_atoms):
             continue
         shutil.rmtree(directory, ignore_errors=True)
-        _make_segment(work, k, start, _segment_size(frames - start), record, molecule)
+        _make_segment(work, k, start, segments.size(frames - start), record, molecule)
         sampler, reporter = _open(directory, record, molecule.n_atoms)
         if k:
             _note_temperatures(sampler)
@@ -325,7 +252,7 @@ def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar, stop: St
             raise Bgp4Error(f"replica exchange failed: {exc}; rerun to resume from the last checkpoint") from None
         finally:
             reporter.close()
-        atomic_write(directory / DONE, json.dumps({"iterations": sampler.iteration}))
+        atomic_write(directory / segments.DONE, json.dumps({"iterations": sampler.iteration}))
 
 
 def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progress: bool = True) -> None:
@@ -347,7 +274,7 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
     refreshes_all = velocity_refresh_of(record) == REFRESH_DEFAULT
     if refreshes_all and (warning := short_iteration_warning(int(record["save_every"]), float(record["timestep_fs"]))):
         print(warning, file=sys.stderr)
-    done = min(_held(_sealed(work)), int(record["frames"]))  # a shortened run may hold more
+    done = min(segments.held(segments.sealed(work)), int(record["frames"]))  # a shortened run may hold more
     bar = tqdm(total=int(record["frames"]), initial=done, unit="frame", desc="replica exchange", disable=not progress)
     # openmmtools defers a signal that comes mid-write and then calls the handler it replaced: a
     # Python one, since SIG_DFL (SIGTERM's) is not callable there (mpiplus).
@@ -364,47 +291,18 @@ def run_replica_exchange(out: str | os.PathLike, work: str | os.PathLike, progre
 # -- the data file ------------------------------------------------------------------------------
 
 
-def _read_segment(directory: Path, info: Mapping[str, int], n: int, n_atoms: int, kT: float) -> dict[str, np.ndarray]:
-    """The lowest temperature's frames of the first `n` iterations of one sealed segment: positions
-    (n, atoms, 3) nm, potential energy (n,) kJ/mol, the walker that was there (n,), and the
-    exchange counts of those iterations."""
-    import netCDF4
-
-    held = int(info["iterations"])
-    reporter = _reporter(directory, n_atoms, mode="r")
-    try:
-        if reporter.read_last_iteration(last_checkpoint=False) < held:  # a segment sealed early holds more
-            raise Bgp4Error(f"{directory} does not hold its {held} iterations; remove it and rerun to make it again")
-        iterations = slice(1, n + 1)  # iteration 0 is the segment's starting point
-        reduced, _, _ = reporter.read_energies(iterations)  # (n, walkers, temperatures), kT of each
-        where = reporter.read_replica_thermodynamic_states(iterations)  # (n, walkers)
-        accepted, proposed = reporter.read_mixing_statistics(iterations)
-    finally:
-        reporter.close()
-    walker = np.argmax(where == 0, axis=1)
-    # The reporter reads positions one iteration at a time, as unit-carrying SamplerStates (15 ms
-    # each); its analysis file holds them as positions[iteration, walker, atom, xyz] in nm.
-    with netCDF4.Dataset(str(directory / STORAGE), "r") as storage:
-        positions = np.asarray(storage.variables["positions"][iterations], dtype=np.float32)
-    return {
-        "xyz": positions[np.arange(n), walker],
-        "epot": reduced[np.arange(n), walker, 0] * kT,  # no barostat: u = U / kT exactly
-        "walker": walker,
-        "accepted": accepted.sum(axis=0),
-        "proposed": proposed.sum(axis=0),
-    }
-
-
 def _write(out: Path, work: Path, record: Mapping[str, Any], molecule) -> None:
     """The data file: the lowest temperature's frame of every iteration, segment after segment,
     with the run's settings record, its exchange rates and a `walker` array."""
     from bgp4.simulation.data import write_trajectory
 
-    sealed, frames = _sealed(work), int(record["frames"])
+    sealed, frames = segments.sealed(work), int(record["frames"])
     kT = molecule.kT(record["temperatures"][0])
     # the first `frames` iterations: a run shortened after it had run further holds more
     keep = [min(int(info["iterations"]), frames - info["start"]) for info in sealed if info["start"] < frames]
-    parts = [_read_segment(_segment(work, k), sealed[k], n, molecule.n_atoms, kT) for k, n in enumerate(keep)]
+    parts = [
+        segments.read_frames(segments.path(work, k), sealed[k], n, molecule.n_atoms, kT) for k, n in enumerate(keep)
+    ]
     accepted = sum(p["accepted"] for p in parts)
     proposed = sum(p["proposed"] for p in parts)
     frame_ps = record["save_every"] * record["timestep_fs"] / 1000.0
