@@ -324,6 +324,29 @@ def test_a_walker_that_stays_continues_its_trajectory_only_with_exchange_refresh
     assert (abs(second - first) / first < 0.01) == continued
 
 
+def test_a_stopped_segment_is_sealed_at_its_last_checkpoint_without_a_write(tiny, molecule, tmp_path, capsys):
+    """A segment that a stop left unsealed is sealed where its last checkpoint is, and its storage
+    files are read only (an HDF5 file killed mid-write can read well and fail on its next write);
+    one that does not read back is left for the run to make again."""
+    segment, damaged = tmp_path / "segment-0000", tmp_path / "segment-0001"
+    for directory in (segment, damaged):
+        shutil.copytree(tiny.work / "segment-0000", directory)
+        (directory / segments.DONE).unlink()
+        (directory / segments.SEGMENT_INFO).write_text(json.dumps({"start": 0, "iterations": 1000}))
+    files = (segments.STORAGE, segments.CHECKPOINT_STORAGE)
+    before = {name: (segment / name).read_bytes() for name in files}
+    with remd._openmmtools_quietly():
+        assert segments.seal_at_checkpoint(segment, molecule.n_atoms)
+    assert json.loads((segment / segments.SEGMENT_INFO).read_text()) == {"start": 0, "iterations": 20}
+    assert json.loads((segment / segments.DONE).read_text()) == {"iterations": 20}
+    assert {name: (segment / name).read_bytes() for name in files} == before
+    assert segments.sealed(tmp_path) == [{"start": 0, "iterations": 20}]
+    (damaged / segments.STORAGE).write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(4000))
+    with remd._openmmtools_quietly():
+        assert not segments.seal_at_checkpoint(damaged, molecule.n_atoms)
+    assert "does not open" in capsys.readouterr().err and not (damaged / segments.DONE).exists()
+
+
 def test_an_opened_segment_knows_each_walkers_temperature(tiny, molecule):
     """The move's note of each walker's last temperature is not stored; a segment opened past its
     iteration 0 gets it from the stored assignment, so the first iteration after a resume scales
