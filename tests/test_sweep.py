@@ -707,6 +707,21 @@ def test_local_cluster_workers_keep_glibc_memory_trimming(monkeypatch):
     assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
 
 
+@pytest.mark.slow
+def test_two_local_clusters_at_once_print_nothing(capfd):
+    """Two sweeps on one machine: the second's scheduler does not warn that port 8787 is taken."""
+    import warnings
+
+    from bgp4.sweep.cluster import open_client
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with open_client(None, 1) as first, open_client(None, 1) as second:
+            assert first.submit(sum, [1, 2]).result() == 3 and second.submit(sum, [3, 4]).result() == 7
+    assert not [str(w.message) for w in caught if "in use" in str(w.message)]
+    assert capfd.readouterr().err == ""
+
+
 def test_local_workers_get_a_share_of_the_memory_available_at_least_the_floor(monkeypatch):
     import psutil
 
