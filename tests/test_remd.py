@@ -19,7 +19,7 @@ import numpy as np
 import openmm
 import pytest
 
-from bgp4.errors import InputError
+from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation import _remd_segments as segments
 from bgp4.simulation import remd
 from bgp4.simulation.data import load_trajectory, read_settings
@@ -145,7 +145,7 @@ def test_equilibrated_walkers_resume_at_their_temperatures(tiny, molecule):
     with remd._openmmtools_quietly():
         sampler, reporter = remd._open(segment, Stage(tiny.work).recorded(), molecule.n_atoms)
         reporter.close()
-    assert sampler.iteration == 20  # the sealed segment, reopened at its last checkpoint
+    assert sampler.iteration == 20  # from_storage opens a segment at its last checkpoint (a run opens only new ones)
     reporter = segments.reporter(segment, molecule.n_atoms, mode="r")
     try:
         stored_where = reporter.read_replica_thermodynamic_states(0)
@@ -333,18 +333,29 @@ def test_a_stopped_segment_is_sealed_at_its_last_checkpoint_without_a_write(tiny
         shutil.copytree(tiny.work / "segment-0000", directory)
         (directory / segments.DONE).unlink()
         (directory / segments.SEGMENT_INFO).write_text(json.dumps({"start": 0, "iterations": 1000}))
+    import netCDF4
+
+    with netCDF4.Dataset(str(segment / segments.STORAGE), "a") as storage:  # as if stopped after iteration 13
+        storage.variables["last_iteration"][0] = 13
     files = (segments.STORAGE, segments.CHECKPOINT_STORAGE)
     before = {name: (segment / name).read_bytes() for name in files}
     with remd._openmmtools_quietly():
-        assert segments.seal_at_checkpoint(segment, molecule.n_atoms)
-    assert json.loads((segment / segments.SEGMENT_INFO).read_text()) == {"start": 0, "iterations": 20}
-    assert json.loads((segment / segments.DONE).read_text()) == {"iterations": 20}
+        assert segments.seal_at_checkpoint(segment, molecule.n_atoms) == 10  # checkpoints every 10
+    assert json.loads((segment / segments.SEGMENT_INFO).read_text()) == {"start": 0, "iterations": 10}
+    assert json.loads((segment / segments.DONE).read_text()) == {"iterations": 10}
     assert {name: (segment / name).read_bytes() for name in files} == before
-    assert segments.sealed(tmp_path) == [{"start": 0, "iterations": 20}]
+    assert segments.sealed(tmp_path) == [{"start": 0, "iterations": 10}]
+    frames = segments.read_frames(segment, {"iterations": 10}, 10, molecule.n_atoms, 1.0)
+    assert frames["xyz"].shape == (10, molecule.n_atoms, 3)
     (damaged / segments.STORAGE).write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(4000))
     with remd._openmmtools_quietly():
-        assert not segments.seal_at_checkpoint(damaged, molecule.n_atoms)
+        assert segments.seal_at_checkpoint(damaged, molecule.n_atoms) == 0
     assert "does not open" in capsys.readouterr().err and not (damaged / segments.DONE).exists()
+    # a sealed segment must start where those before it end (its neighbour was made again)
+    (damaged / segments.SEGMENT_INFO).write_text(json.dumps({"start": 20, "iterations": 20}))
+    (damaged / segments.DONE).write_text(json.dumps({"iterations": 20}))
+    with pytest.raises(Bgp4Error, match="starts at iteration 20, not 10"):
+        segments.sealed(tmp_path)
 
 
 def test_an_opened_segment_knows_each_walkers_temperature(tiny, molecule):
@@ -490,15 +501,18 @@ def test_interrupted_run_resumes_to_the_frames_asked_for(tmp_path, monkeypatch, 
         return reporter(directory, n_atoms, mode)
 
     def sealing(directory, n_atoms):
-        sealed.append((directory.name, seal(directory, n_atoms)))
-        return sealed[-1][1]
+        kept = seal(directory, n_atoms)
+        sealed.append((directory.name, kept and json.loads((directory / segments.SEGMENT_INFO).read_text())))
+        return kept
 
     monkeypatch.setattr(segments, "reporter", reporting)
     monkeypatch.setattr(segments, "seal_at_checkpoint", sealing)
-    simulate(out, settings, progress=False)
-    assert ("does not open" in capsys.readouterr().err) == damage
-    # a cut segment is read, never written again (a file killed mid-write may fail on its next write)
-    assert sealed == [("segment-0001", not damage)]
+    simulate(out, settings, progress=True)
+    err = capsys.readouterr().err
+    assert ("does not open" in err) == damage and "50/50" in err  # the bar counts a sealed segment too
+    # a cut segment is read, never written again (a file killed mid-write may fail on its next write):
+    # stopped after iteration 13 of 20, it is sealed at its checkpoint 10, and the next one starts there
+    assert sealed == [("segment-0001", 0 if damage else {"start": 20, "iterations": 10})]
     assert (("segment-0001", None) in opened) == damage  # a damaged one is made again
     data = load_trajectory(out, extras=("walker",))
     assert data.n_frames == 50 and not work.exists()

@@ -707,9 +707,15 @@ def test_local_cluster_workers_keep_glibc_memory_trimming(monkeypatch):
     assert seen == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
 
 
+def _http_host(dask_scheduler) -> str:
+    """The address the scheduler's HTTP server listens on (run on the scheduler)."""
+    return dask_scheduler.http_server.address
+
+
 @pytest.mark.slow
 def test_two_local_clusters_at_once_print_nothing(capfd):
-    """Two sweeps on one machine: the second's scheduler does not warn that port 8787 is taken."""
+    """Two sweeps on one machine: the second's scheduler does not warn that port 8787 is taken, and
+    each scheduler's HTTP server listens on this machine only."""
     import warnings
 
     from bgp4.sweep.cluster import open_client
@@ -718,6 +724,8 @@ def test_two_local_clusters_at_once_print_nothing(capfd):
         warnings.simplefilter("always")
         with open_client(None, 1) as first, open_client(None, 1) as second:
             assert first.submit(sum, [1, 2]).result() == 3 and second.submit(sum, [3, 4]).result() == 7
+            where = [c.run_on_scheduler(_http_host) for c in (first, second)]
+            assert where == ["127.0.0.1", "127.0.0.1"]
     assert not [str(w.message) for w in caught if "in use" in str(w.message)]
     assert capfd.readouterr().err == ""
 

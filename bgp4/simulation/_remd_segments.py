@@ -49,10 +49,17 @@ def path(work: Path, k: int) -> Path:
 
 
 def sealed(work: Path) -> list[dict[str, int]]:
-    """{start, iterations} of every sealed segment, in order."""
+    """{start, iterations} of every sealed segment, in order; each must start where the ones
+    before it end (segments differ in length: a stopped one is sealed early)."""
     found: list[dict[str, int]] = []
     while (path(work, len(found)) / DONE).exists():
-        found.append(json.loads((path(work, len(found)) / SEGMENT_INFO).read_text()))
+        info = json.loads((path(work, len(found)) / SEGMENT_INFO).read_text())
+        if info["start"] != held(found):
+            raise Bgp4Error(
+                f"{path(work, len(found))} starts at iteration {info['start']}, not {held(found)} where the segments "
+                f"before it end; remove it and every later segment, then rerun to make them again"
+            )
+        found.append(info)
     return found
 
 
@@ -85,9 +92,10 @@ def reporter(directory: Path, n_atoms: int, mode: str | None = None):
     )
 
 
-def seal_at_checkpoint(directory: Path, n_atoms: int) -> bool:
-    """Seal a segment that a stop or a kill left unsealed at its last checkpoint, reading it only;
-    False (after a line on stderr) when it holds no checkpoint past its start or does not read back."""
+def seal_at_checkpoint(directory: Path, n_atoms: int) -> int:
+    """Seal a segment that a stop or a kill left unsealed at its last checkpoint, reading it only
+    (its frames up to there are read back first); the iterations it then holds, or 0 when it holds
+    no checkpoint past its start, or does not read back (with a line on stderr)."""
     import netCDF4
 
     storage = None
@@ -96,20 +104,22 @@ def seal_at_checkpoint(directory: Path, n_atoms: int) -> bool:
             netCDF4.Dataset(str(directory / name), "r").close()
         storage = reporter(directory, n_atoms, mode="r")
         last = int(storage.read_last_iteration(last_checkpoint=True))
-        readable = last > 0 and storage.read_sampler_states(last) is not None
-        storage.read_replica_thermodynamic_states(last)
+        if last > 0:
+            if storage.read_sampler_states(last) is None:
+                raise ValueError(f"no checkpoint at iteration {last}")
+            storage.read_replica_thermodynamic_states(last)
+            read_frames(directory, {"iterations": last}, last, n_atoms, 1.0)
     except Exception as exc:  # noqa: BLE001 - any failure to read the storage means: damaged by a kill
         print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
-        return False
+        return 0
     finally:
         if storage is not None:
             storage.close()
-    if not readable:
-        return False
-    info = json.loads((directory / SEGMENT_INFO).read_text())
-    atomic_write(directory / SEGMENT_INFO, json.dumps({**info, "iterations": last}))
-    atomic_write(directory / DONE, json.dumps({"iterations": last}))
-    return True
+    if last > 0:
+        info = json.loads((directory / SEGMENT_INFO).read_text())
+        atomic_write(directory / SEGMENT_INFO, json.dumps({**info, "iterations": last}))
+        atomic_write(directory / DONE, json.dumps({"iterations": last}))
+    return last
 
 
 def read_frames(directory: Path, info: Mapping[str, int], n: int, n_atoms: int, kT: float) -> dict[str, np.ndarray]:
@@ -122,7 +132,10 @@ def read_frames(directory: Path, info: Mapping[str, int], n: int, n_atoms: int, 
     storage = reporter(directory, n_atoms, mode="r")
     try:
         if storage.read_last_iteration(last_checkpoint=False) < n_held:  # a segment sealed early holds more
-            raise Bgp4Error(f"{directory} does not hold its {n_held} iterations; remove it and rerun to make it again")
+            raise Bgp4Error(
+                f"{directory} does not hold its {n_held} iterations; "
+                "remove it and every later segment, then rerun to make them again"
+            )
         iterations = slice(1, n + 1)  # iteration 0 is the segment's starting point
         reduced, _, _ = storage.read_energies(iterations)  # (n, walkers, temperatures), kT of each
         where = storage.read_replica_thermodynamic_states(iterations)  # (n, walkers)

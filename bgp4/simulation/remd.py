@@ -225,20 +225,23 @@ def _advance(sampler, bar, stop: StopRequest | None = None) -> None:
     A stop request (Ctrl-C, SIGTERM) ends it between iterations, as KeyboardInterrupt."""
     while sampler.iteration < sampler.number_of_iterations:
         sampler.run(1)
-        bar.update(1)
+        if bar.n < bar.total:  # a last segment rounded up to a checkpoint runs past --frames
+            bar.update(1)
         if stop is not None and stop.requested:
             raise KeyboardInterrupt
 
 
 def _run_segments(work: Path, record: Mapping[str, Any], molecule, bar, stop: StopRequest | None = None) -> None:
-    """Make, resume and run segments until they hold `frames` iterations in all."""
+    """Seal a stopped segment at its last checkpoint, make and run new ones, until the sealed
+    segments hold `frames` iterations in all."""
     from openmmtools.multistate.utils import SimulationNaNError
 
     frames, seed = int(record["frames"]), int(record["seed"])
     while (start := segments.held(sealed := segments.sealed(work))) < frames:
         k = len(sealed)
         directory = segments.path(work, k)
-        if directory.exists() and segments.seal_at_checkpoint(directory, molecule.n_atoms):
+        if directory.exists() and (kept := segments.seal_at_checkpoint(directory, molecule.n_atoms)):
+            bar.update(min(kept, frames - start))
             continue
         shutil.rmtree(directory, ignore_errors=True)
         _make_segment(work, k, start, segments.size(frames - start), record, molecule)

@@ -179,9 +179,9 @@ def open_client(
             silence_logs=logging.CRITICAL,
             memory_limit=memory_limit,
             resources=resources,
-            # no dashboard; the scheduler's HTTP server (health checks) on a free port, where its
-            # default 8787 warns on stderr when another sweep's cluster has it
-            scheduler_kwargs={"dashboard_address": ":0"},
+            # no dashboard; the scheduler's HTTP server (health checks) on a free port of this
+            # machine only, where its default 8787 warns when another sweep's cluster has it
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         ) as cluster,
         Client(cluster) as client,
         _memory_restarts_shown(),
