@@ -98,23 +98,21 @@ def seal_at_checkpoint(directory: Path, n_atoms: int) -> int:
     no checkpoint past its start, or does not read back (with a line on stderr)."""
     import netCDF4
 
-    storage = None
     try:
         for name in (STORAGE, CHECKPOINT_STORAGE):  # fails at once, where openmmtools retries for 8 s
             netCDF4.Dataset(str(directory / name), "r").close()
         storage = reporter(directory, n_atoms, mode="r")
-        last = int(storage.read_last_iteration(last_checkpoint=True))
-        if last > 0:
-            if storage.read_sampler_states(last) is None:
+        try:
+            last = int(storage.read_last_iteration(last_checkpoint=True))
+            if last > 0 and storage.read_sampler_states(last) is None:  # the next segment starts here
                 raise ValueError(f"no checkpoint at iteration {last}")
-            storage.read_replica_thermodynamic_states(last)
+        finally:
+            storage.close()
+        if last > 0:  # frames, energies, temperatures and exchanges up to the checkpoint
             read_frames(directory, {"iterations": last}, last, n_atoms, 1.0)
     except Exception as exc:  # noqa: BLE001 - any failure to read the storage means: damaged by a kill
         print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
         return 0
-    finally:
-        if storage is not None:
-            storage.close()
     if last > 0:
         info = json.loads((directory / SEGMENT_INFO).read_text())
         atomic_write(directory / SEGMENT_INFO, json.dumps({**info, "iterations": last}))
