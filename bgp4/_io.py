@@ -3,6 +3,7 @@
 Every file bgp4 replaces in place (settings, checkpoints, split, metrics log, trajectories, MD
 replica states) goes through `atomic_write`: write a temporary file beside the target, fsync it,
 rename it over the target, fsync the directory so the rename itself survives a power cut.
+Logs that grow a line at a time (metrics, sweep task records) go through `append_line`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Union
 
-__all__ = ["atomic_write", "file_fingerprint", "temporary_path"]
+__all__ = ["append_line", "atomic_write", "file_fingerprint", "temporary_path"]
 
 Content = Union[bytes, str, Callable[[Path], None]]
 
@@ -49,6 +50,17 @@ def atomic_write(path: str | os.PathLike, content: Content) -> Path:
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append `line` and a newline to a text log. A last line cut off by a kill is ended first, so
+    it stays one unreadable line that readers skip, instead of swallowing the new one."""
+    with open(path, "ab+") as f:
+        if f.tell() > 0:  # "a" mode starts at the end
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write(line.encode() + b"\n")
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "OBJECTIVES",
     "ENERGY_LR",
     "NO_DATA",
+    "EXECUTION_ONLY",
     "SCRATCH_SETTINGS",
     "KIND_DEFAULTS",
     "resolve_architecture",
@@ -297,9 +298,11 @@ class RefineSettings:
         return self
 
 
+#: Settings that say how a run is executed, not what it computes: a resumed run or sweep may change them.
+EXECUTION_ONLY = ("workers", "checkpoint_minutes")
 #: Settings that do not change what a run computes: a run resumes, or is complete, whatever they are.
 #: The data file counts by content (`data_fingerprint`), so a moved or copied file is the same data.
-RESULT_NEUTRAL = ("data", "workers", "checkpoint_minutes")
+RESULT_NEUTRAL = ("data", *EXECUTION_ONLY)
 
 
 def settings_record(s: TrainSettings) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bgp4._io import atomic_write, file_fingerprint
+from bgp4._io import append_line, atomic_write, file_fingerprint
 from bgp4.errors import InputError
 
 __all__ = [
@@ -130,8 +130,7 @@ class Stage:
 
     def log(self, record: Mapping[str, Any]) -> None:
         """Append one record to the log."""
-        with open(self.file(METRICS), "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.file(METRICS), json.dumps(record))
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The log's records in order; a line cut off by a kill is left out."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 
 import pytest
 
-from bgp4.report.aggregate import RESIDUE_KEYS, _label, _numeric_metrics
+from bgp4.report.aggregate import RESIDUE_KEYS, _draw, _label, _numeric_metrics
 
 
 def test_every_residue_but_the_flat_pair_is_aggregated():
@@ -27,3 +28,22 @@ def test_every_residue_but_the_flat_pair_is_aggregated():
     assert values["log10_reverse_ess"] == pytest.approx(math.log10(0.5)) and values["train_wall_min"] == 2.0
     assert _label("dF_phi_reweighted_kT [ALA2]") == "dF(phi > 0), reweighted (kT), ALA2"
     assert _label("reverse_ess") == "reverse ESS" and _label("unknown_key") == "unknown_key"
+
+
+def test_figures_the_workers_fail_to_draw_are_drawn_here_and_the_user_is_told(capsys):
+    class FailingExecutor:  # the first job fails (a worker that cannot see the directory); the second stays queued
+        def __init__(self):
+            self.futures = []
+
+        def submit(self, function, *args):
+            future = Future()
+            if not self.futures:
+                future.set_exception(OSError("no such directory: /sweep/report"))
+            self.futures.append(future)
+            return future
+
+    executor = FailingExecutor()
+    drawn = _draw({"seeds": (lambda v: [v], "a.png"), "energies": (lambda v: [v], "b.png")}, executor)
+    assert drawn == {"seeds": ["a.png"], "energies": ["b.png"]}
+    assert "OSError: no such directory: /sweep/report" in capsys.readouterr().err
+    assert executor.futures[1].cancelled()  # it cannot write beside the local drawing

@@ -74,6 +74,19 @@ def test_log_skips_a_line_cut_off_by_a_kill(tmp_path):
         f.write('{"global_step": 1')  # a kill in the middle of a line
     assert [r["global_step"] for r in stage.records()] == [5, 10]
     assert stage.last_step() == 10
+    stage.log({"global_step": 15})  # logging on: the cut line is ended, not glued to this record
+    assert [r["global_step"] for r in stage.records()] == [5, 10, 15]
+
+
+def test_sweep_task_records_survive_a_line_cut_off_by_a_kill(tmp_path):
+    from bgp4.sweep.spec import TASKS_FILE
+    from bgp4.sweep.tasks import _add_task_record, _task_records
+
+    _add_task_record(tmp_path, {"wall_s": 1.0})
+    with open(tmp_path / TASKS_FILE, "a") as f:
+        f.write('{"wall_s": 2')  # the task killed while writing
+    _add_task_record(tmp_path, {"wall_s": 3.0})
+    assert [r["wall_s"] for r in _task_records(tmp_path)] == [1.0, 3.0]
 
 
 def test_run_directory_drops_a_cut_line_before_logging_on(tmp_path):

@@ -293,6 +293,10 @@ def test_refinement_is_part_of_every_run_and_of_its_done_check(md_file, tmp_path
     assert not run.done
     run.stage().finish({"train": run.train, "sample": run.sample, "refine": run.refine})
     assert run.done
+    # how a run is executed (bgp4.settings.EXECUTION_ONLY) may change: a rerun does not redo it
+    executed = run.train | {"workers": run.train["workers"] + 3, "checkpoint_minutes": 0.5}
+    run.stage().finish({"train": executed, "sample": run.sample | {"workers": 7}, "refine": run.refine})
+    assert run.done
     older = {k: v for k, v in run.train.items() if k != "fab_leapfrog"}  # a marker from before that setting
     run.stage().finish({"train": older, "sample": run.sample, "refine": run.refine})
     assert run.done

@@ -27,6 +27,7 @@ from bgp4.errors import InputError
 __all__ = [
     "CI_LEVEL",
     "KL_EPS",
+    "NOISE_KEY",
     "NOISE_SIGMA_NM",
     "N_BINS",
     "N_BLOCKS",
@@ -60,6 +61,8 @@ N_BINS = 64
 KL_EPS = 1e-10
 #: Per-coordinate noise (nm) of the paper's perturbed-data reference.
 NOISE_SIGMA_NM = 0.004
+#: Its entry in a report's metrics.json: "md_noise_0.004nm".
+NOISE_KEY = f"md_noise_{NOISE_SIGMA_NM}nm"
 #: Contiguous blocks of an MD series for the block standard error of its mean.
 N_BLOCKS = 20
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from bgp4.errors import first_line
 from bgp4.flows import P4InvScheduler
 from bgp4.generator.losses import grad_norm, likelihood_loss, p4inv_penalty
 from bgp4.generator.objectives import make_objective
@@ -197,8 +198,7 @@ class TrainingLoop:
         try:
             compiled(y, logdet).mean().backward()
         except Exception as error:  # noqa: BLE001 - any compiler failure means: train without it
-            message = (str(error).strip().splitlines() or [""])[0][:200]
-            print(f"torch.compile failed ({type(error).__name__}: {message}); training without it", file=sys.stderr)
+            print(f"torch.compile failed ({first_line(error, typed=True)}); training without it", file=sys.stderr)
             return
         finally:
             self.optimizer.zero_grad(set_to_none=True)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bgp4._io import atomic_write
-from bgp4.errors import InputError
+from bgp4.errors import InputError, first_line
 from bgp4.flows.base import SequentialFlow, SubsetFlow
 from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.flows.coupling import AffineCoupling
@@ -365,8 +365,7 @@ def load_generator(path: str | Path, map_location: Optional[str | torch.device] 
         pickle.UnpicklingError,
         InputError,
     ) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise InputError(f"{path} is not a bgp4 model file of this version ({reason})") from None
+        raise InputError(f"{path} is not a bgp4 model file of this version ({first_line(err)})") from None
     return model.to(map_location) if map_location is not None else model
 
 
@@ -375,8 +374,7 @@ def model_molecule(path: str | Path) -> Molecule:
     try:
         config = torch.load(Path(path), map_location="cpu", weights_only=True)["config"]
     except (KeyError, TypeError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise InputError(f"{path} is not a bgp4 model file of this version ({reason})") from None
+        raise InputError(f"{path} is not a bgp4 model file of this version ({first_line(err)})") from None
     return molecule_of(config, source=path)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from bgp4._io import atomic_write
-from bgp4.errors import InputError
+from bgp4.errors import InputError, first_line
 from bgp4.simulation.molecule import check_same_molecule, molecule_of
 from bgp4.stage import COMPLETE, DATA, FINGERPRINT, METRICS, SETTINGS, Stage, changed, refuse_changes
 
@@ -105,7 +105,7 @@ class RunDirectory(Stage):
         try:
             return torch.load(self.file(name), map_location=map_location, weights_only=True)
         except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+            reason = first_line(err, 120)
             raise InputError(
                 f"{self.file(name)} is damaged ({reason}); pass overwrite=True (--overwrite) to start again"
             ) from err

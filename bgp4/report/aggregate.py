@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bgp4._io import atomic_write
-from bgp4.errors import InputError
+from bgp4.errors import InputError, first_line
 from bgp4.stage import Stage
 
 # Lazy, inside the functions that need them: bgp4.analysis.plots (matplotlib), bgp4.simulation.data (mdtraj),
@@ -333,11 +334,17 @@ def _draw(jobs: dict[str, tuple], executor: Executor | None) -> dict[str, list[P
     """Run each figure job (function, *args): through `executor` when given, side by side, else
     (or when that fails: a worker that died or cannot see the directory) here, one after the other."""
     if executor is not None:
+        pending = {}
         try:
             pending = {name: executor.submit(*job) for name, job in jobs.items()}
             return {name: future.result(timeout=FIGURE_TIMEOUT_S) for name, future in pending.items()}
-        except Exception:  # noqa: BLE001 - drawn here instead
-            pass
+        except Exception as error:  # noqa: BLE001 - drawn here instead, and said so
+            for future in pending.values():
+                future.cancel()  # a job still queued must not write the figures beside this process
+            print(
+                f"sweep figures not drawn by the workers ({first_line(error, 160, typed=True)}); drawing them here",
+                file=sys.stderr,
+            )
     return {name: function(*args) for name, (function, *args) in jobs.items()}
 
 

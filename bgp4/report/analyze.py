@@ -216,7 +216,7 @@ def _md_reference(
         "molecule": molecule.name,
         "torsion_pair": None if pair is None else pair.label,
         "md": md,
-        "md_noise_0.004nm": summarize_reference(u_noisy, threshold, u_md_kT=u_md),
+        A.NOISE_KEY: summarize_reference(u_noisy, threshold, u_md_kT=u_md),
         "models": {},
     }
     return metrics, ref
@@ -310,7 +310,7 @@ class _FigureData:
         panels; their file names."""
         low = {
             "MD": metrics["md"]["low_energy_fraction"],
-            "MD + noise": metrics["md_noise_0.004nm"]["low_energy_fraction"],
+            "MD + noise": metrics[A.NOISE_KEY]["low_energy_fraction"],
         }
         low.update({k: v["low_energy_fraction"] for k, v in metrics["models"].items()})
         figures = {"energies": plots.energy_violins(self.violins, low, out / "energies", threshold=self.threshold)}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bgp4.analysis.estimators import NOISE_KEY, NOISE_SIGMA_NM
 from bgp4.analysis.metrics import PAIR_KEYS, PAIR_REWEIGHTED_KEYS, REWEIGHTED_KEYS
 
 __all__ = ["METRICS_SECTION", "NOT_DEFINED", "OPTIONAL_KEYS", "format_number", "no_backbone_note", "render_report"]
@@ -300,9 +301,9 @@ def _figures(backbone: bool, residues: bool) -> str:
 
 
 def _md_line(metrics: dict[str, Any], backbone: bool) -> str:
-    md, noisy = metrics["md"], metrics["md_noise_0.004nm"]
+    md, noisy = metrics["md"], metrics[NOISE_KEY]
     text = (
-        f"MD mean energy {_fmt(md['mean_energy_kT'])} kT; with 0.004 nm Gaussian noise "
+        f"MD mean energy {_fmt(md['mean_energy_kT'])} kT; with {NOISE_SIGMA_NM} nm Gaussian noise "
         f"{_fmt(noisy['mean_energy_kT'])} kT (shift {_fmt(noisy.get('energy_shift_kT'))} kT, "
         f"low-energy fraction {_fmt(noisy['low_energy_fraction'])})."
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from bgp4._io import atomic_write
-from bgp4.errors import Bgp4Error
+from bgp4.errors import Bgp4Error, first_line
 
 __all__ = [
     "CHECKPOINT_ITERATIONS",
@@ -111,7 +111,8 @@ def seal_at_checkpoint(directory: Path, n_atoms: int) -> int:
         if last > 0:  # frames, energies, temperatures and exchanges up to the checkpoint
             read_frames(directory, {"iterations": last}, last, n_atoms, 1.0)
     except Exception as exc:  # noqa: BLE001 - any failure to read the storage means: damaged by a kill
-        print(f"{directory} does not open ({type(exc).__name__}); making it again", file=sys.stderr)
+        # the message too: a bug shows apart from kill damage
+        print(f"{directory} does not open ({first_line(exc, 160, typed=True)}); making it again", file=sys.stderr)
         return 0
     if last > 0:
         info = json.loads((directory / SEGMENT_INFO).read_text())

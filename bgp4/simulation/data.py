@@ -19,7 +19,7 @@ import numpy as np
 import tables
 
 from bgp4._io import atomic_write
-from bgp4.errors import InputError
+from bgp4.errors import InputError, first_line
 from bgp4.simulation.molecule import Molecule, molecule_of
 
 __all__ = [
@@ -112,8 +112,7 @@ def load_trajectory(
             topology = f.topology
             frames = f.read()
     except Exception as exc:  # noqa: BLE001 - any reader failure means "not an mdtraj HDF5 file"
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file ({reason})") from None
+        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file ({first_line(exc, 1000)})") from None
     xyz = np.asarray(frames.coordinates, dtype=np.float32)
     if xyz.ndim != 3 or xyz.shape[0] == 0:
         raise InputError(f"{path} holds no frames")

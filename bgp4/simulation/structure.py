@@ -18,7 +18,7 @@ import numpy as np
 import openmm
 import openmm.app as app
 
-from bgp4.errors import InputError
+from bgp4.errors import InputError, first_line
 from bgp4.simulation.system import SystemSpec, force_field
 
 __all__ = ["MAX_ENERGY_PER_ATOM", "read_structure", "add_hydrogens", "minimize", "prepare_structure", "pdb_text"]
@@ -37,8 +37,7 @@ def read_structure(path: str | Path) -> tuple[app.Topology, np.ndarray]:
         structure = reader(str(path))
         positions = structure.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
     except Exception as exc:  # noqa: BLE001 - any reader failure means "not a structure OpenMM reads"
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"{path} is no structure file OpenMM reads ({reason})") from None
+        raise InputError(f"{path} is no structure file OpenMM reads ({first_line(exc, 1000)})") from None
     if structure.topology.getNumAtoms() == 0:
         raise InputError(f"{path} holds no atoms")
     return structure.topology, np.asarray(positions, dtype=np.float64)

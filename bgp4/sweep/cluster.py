@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from bgp4.errors import InputError
+from bgp4.errors import InputError, first_line
 from bgp4.sweep.plugins import IgnoreInterrupts, TrainerCache
 
 __all__ = [
@@ -141,9 +141,8 @@ def open_client(
             _reachable(scheduler)
             client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - refused, timed out, or something that is not a scheduler
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise InputError(
-                f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({reason[:120]})"
+                f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({first_line(error, 120)})"
             ) from None
         with client:
             if warning := trim_threshold_warning(client.run(_trim_threshold)):

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bgp4._stop import StopRequest
+from bgp4.errors import first_line
 from bgp4.kinds import DEFAULT_OBJECTIVE, KINDS, get_kind
 from bgp4.stage import Stage
 from bgp4.sweep.cluster import task_slots
@@ -254,4 +255,4 @@ def failure_reason(error: BaseException) -> str:
             "the workers that ran its task died each time (out of memory? a local worker above 95 % of "
             "--worker-memory is restarted)"
         )
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return first_line(error, limit=1000)

@@ -35,6 +35,7 @@ from bgp4.errors import Bgp4Error, InputError
 from bgp4.generator.rundir import check_init
 from bgp4.report.aggregate import write_sweep_report
 from bgp4.settings import (
+    EXECUTION_ONLY,
     MODELS,
     OBJECTIVES,
     RefineSettings,
@@ -47,7 +48,7 @@ from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import check_worker_memory, local_cluster_size, local_memory_limit, open_client
 from bgp4.sweep.dispatch import RETRIES, Dispatch
-from bgp4.sweep.spec import DONE_FILE, EXECUTION_ONLY, RunSpec, run_name
+from bgp4.sweep.spec import DONE_FILE, RunSpec, run_name
 from bgp4.sweep.tasks import simulate_task
 
 __all__ = ["RunSpec", "SweepPlan", "plan_sweep", "init_runs", "run_sweep", "SWEEP_FILE", "DONE_FILE"]

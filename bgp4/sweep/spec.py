@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
+from bgp4.settings import EXECUTION_ONLY, RefineSettings, SampleSettings, TrainSettings
 from bgp4.stage import Stage, changed
 
 __all__ = [
     "RunSpec",
     "run_name",
-    "EXECUTION_ONLY",
     "DONE_FILE",
     "LOG_FILE",
     "LOCK_FILE",
@@ -26,8 +25,6 @@ DONE_FILE = "sweep-done.json"
 LOG_FILE = "log.txt"
 LOCK_FILE = "run.lock"
 TASKS_FILE = "sweep-tasks.jsonl"
-#: Settings that say how a run is executed, not what it computes: a resumed sweep may change them.
-EXECUTION_ONLY = ("workers",)
 #: The settings a finished run's marker records, one record each (refine: {} when not refined).
 PARTS = ("train", "sample", "refine")
 _RECORDS = {"train": TrainSettings, "sample": SampleSettings, "refine": RefineSettings}

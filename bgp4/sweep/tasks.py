@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bgp4._child import python_command
+from bgp4._io import append_line
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.sweep.plugins import stop_asked, trainer_cache
@@ -209,8 +210,7 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
 def _add_task_record(run: Path, record: dict[str, Any]) -> None:
     """Append one finished task (with where and when it ended) to the run's sweep-tasks.jsonl."""
     record = {**record, "worker": f"{socket.gethostname()} pid {os.getpid()}", "ended": time.time()}
-    with open(run / TASKS_FILE, "a") as stream:
-        stream.write(json.dumps(record) + "\n")
+    append_line(run / TASKS_FILE, json.dumps(record))
 
 
 def _task_records(run: Path) -> list[dict[str, Any]]:
