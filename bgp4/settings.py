@@ -298,7 +298,8 @@ class RefineSettings:
         return self
 
 
-#: Settings that say how a run is executed, not what it computes: a resumed run or sweep may change them.
+#: Settings that say how a run is executed, not what it computes: a resumed run or sweep may change
+#: them, and the run goes on with the new values.
 EXECUTION_ONLY = ("workers", "checkpoint_minutes")
 #: Settings that do not change what a run computes: a run resumes, or is complete, whatever they are.
 #: The data file counts by content (`data_fingerprint`), so a moved or copied file is the same data.

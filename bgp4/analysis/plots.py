@@ -21,6 +21,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
+from bgp4._io import atomic_write
 from bgp4.analysis.estimators import angle_edges, ramachandran_histogram
 from bgp4.errors import InputError
 
@@ -92,8 +93,10 @@ def _save(fig: Figure, path: str | Path) -> list[Path]:
     written = []
     for fmt in FORMATS:
         target = stem.parent / f"{stem.name}.{fmt}"
-        # A fixed creation date keeps PDFs byte-stable across runs with the same data.
-        fig.savefig(target, format=fmt, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        # A fixed creation date keeps PDFs byte-stable across runs with the same data; atomic: two
+        # processes drawing one figure (a sweep's worker and its client) never leave half a file
+        metadata = {"CreationDate": None} if fmt == "pdf" else None
+        atomic_write(target, lambda tmp, fmt=fmt, metadata=metadata: fig.savefig(tmp, format=fmt, metadata=metadata))
         written.append(target)
     return written
 

@@ -336,11 +336,12 @@ def _draw(jobs: dict[str, tuple], executor: Executor | None) -> dict[str, list[P
     if executor is not None:
         pending = {}
         try:
-            pending = {name: executor.submit(*job) for name, job in jobs.items()}
+            for name, job in jobs.items():  # one by one: a failed submit still cancels the jobs before it
+                pending[name] = executor.submit(*job)
             return {name: future.result(timeout=FIGURE_TIMEOUT_S) for name, future in pending.items()}
         except Exception as error:  # noqa: BLE001 - drawn here instead, and said so
             for future in pending.values():
-                future.cancel()  # a job still queued must not write the figures beside this process
+                future.cancel()  # a queued job never starts; a running one writes its figures atomically
             print(
                 f"sweep figures not drawn by the workers ({first_line(error, 160, typed=True)}); drawing them here",
                 file=sys.stderr,

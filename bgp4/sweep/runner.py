@@ -35,7 +35,6 @@ from bgp4.errors import Bgp4Error, InputError
 from bgp4.generator.rundir import check_init
 from bgp4.report.aggregate import write_sweep_report
 from bgp4.settings import (
-    EXECUTION_ONLY,
     MODELS,
     OBJECTIVES,
     RefineSettings,
@@ -271,18 +270,18 @@ def _run_spec(
     )
     name = run_name(label or settings.model, settings.seed)
     path = out / "runs" / name
-    train = _keep_execution_settings(path, train)
+    _check_existing_run(path, train)
     return RunSpec(name, settings.model, settings.seed, str(path), train, sample, threads, gpus, label)
 
 
-def _keep_execution_settings(path: Path, train: dict[str, Any]) -> dict[str, Any]:
-    """An existing run keeps its execution-only settings; any other difference is refused."""
+def _check_existing_run(path: Path, train: dict[str, Any]) -> None:
+    """Refuse an existing run with settings that change the result; execution-only ones
+    (`bgp4.settings.EXECUTION_ONLY`) may differ, and the resumed run takes the new values, as
+    `bgp4 train` does."""
     stored = Stage(path).recorded()
-    if stored is None:
-        return train
-    differ = changed_settings(stored, with_fingerprint(train))  # the rules `bgp4 train` resumes by
-    refuse_changes(f"{path} holds a run", differ, "use another sweep directory (--out)")
-    return {**train, **{k: stored[k] for k in EXECUTION_ONLY if k in stored}}
+    if stored is not None:
+        differ = changed_settings(stored, with_fingerprint(train))  # the rules `bgp4 train` resumes by
+        refuse_changes(f"{path} holds a run", differ, "use another sweep directory (--out)")
 
 
 # --------------------------------------------------------------------------- the client side
