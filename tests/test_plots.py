@@ -117,6 +117,20 @@ def test_ramachandran_panels(tmp_path, drawn):
     _check_written(plots.ramachandran_panels(empty, tmp_path / "empty"), tmp_path / "empty")
 
 
+def test_long_run_names_wrap_in_panel_titles():
+    from matplotlib.figure import Figure
+
+    ax = Figure().subplots()
+    label = "ALA2: ala4-300K-fab-scratch-s0-more +AIS(20)"
+    density = np.ones((8, 8))
+    plots._density_panel(ax, density, plots._density_norm([density]), label, 10_000)
+    lines = ax.get_title().splitlines()
+    assert lines[-1] == "(n = 10,000)" and len(lines) >= 3  # the name on two lines or more
+    assert all(len(line) <= plots.TITLE_CHARS for line in lines) and "".join(lines[:-1]).replace(
+        " ", ""
+    ) == label.replace(" ", "")
+
+
 def test_free_energy_phi(tmp_path, drawn):
     md_phi, _ = _angles(3000, (-2.0, 0.0))
     model_phi, _ = _angles(500, (-1.0, 0.0))

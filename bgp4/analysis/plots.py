@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,8 @@ STYLE: dict[str, Any] = {
 }
 #: Formats written for every figure.
 FORMATS = ("png", "pdf")
+#: Characters a line of a Ramachandran panel's title holds (9 pt titles on 2.4-inch panels).
+TITLE_CHARS = 28
 _PI_TICKS = (-np.pi, -np.pi / 2, 0.0, np.pi / 2, np.pi)
 _PI_LABELS = ("$-\\pi$", "$-\\pi/2$", "0", "$\\pi/2$", "$\\pi$")
 
@@ -242,7 +245,9 @@ def _density_panel(ax: Any, density: np.ndarray, norm: LogNorm, label: str, n: i
     edges = angle_edges(density.shape[0])
     # pcolormesh wants rows = y (psi); the histogram is indexed [phi, psi].
     ax.pcolormesh(edges, edges, np.ma.masked_less_equal(density.T, 0.0), norm=norm, rasterized=True)
-    ax.set_title(f"{label}\n(n = {n:,})" if density.any() else f"{label}\n(no samples)")  # long run names wrap
+    # long run names wrap (at spaces and hyphens): side-by-side panels' titles must not run into each other
+    title = textwrap.fill(label, TITLE_CHARS)
+    ax.set_title(f"{title}\n(n = {n:,})" if density.any() else f"{title}\n(no samples)")
     _angle_axis(ax, "x")
     _angle_axis(ax, "y")
     ax.set_aspect("equal")
