@@ -16,3 +16,18 @@ python run/scripts/remd_check.py snap/ala4-300K-remd-dense-s4-first.h5 snap/ala4
 # samples, raw and refined by AIS(20) with independence moves, then the report (10:34-10:37, HEAD f41a32b)
 bgp4 sample runs/ala4-300K-fab-scratch-s0 --n 10000 --refine 20 --refine-steps 0 --workers 1 --quiet
 bgp4 analyze runs/ala4-300K-fab-scratch-s0 --data snap/ala4-300K-remd-dense-s4-first.h5 --out report-fab4 --workers 1
+# session 28: the run continued 1,200 steps (--init: an empty buffer, the same settings), 11:32-12:47, HEAD e3e8c0c
+bgp4 train --data none --init runs/ala4-300K-fab-scratch-s0 --model spline --steps 0 --objective fab --energy-steps 1200 \
+  --eval-every 300 --batch 512 --workers 1 --seed 0 --out runs/ala4-300K-fab-scratch-s0-more
+bgp4 sample runs/ala4-300K-fab-scratch-s0-more --n 10000 --refine 20 --refine-steps 0 --workers 1 --quiet
+# a longer MD reference: the replica exchange's first 95 sealed segments (94,390 frames; 12:30)
+mkdir -p snap/ala4-300K-remd-dense-s4-first95.h5.partial
+cp data/ala4-300K-remd-dense-s4.h5.partial/settings.json snap/ala4-300K-remd-dense-s4-first95.h5.partial/
+for i in $(seq 0 94); do cp -r "data/ala4-300K-remd-dense-s4.h5.partial/$(printf segment-%04d "$i")" snap/ala4-300K-remd-dense-s4-first95.h5.partial/; done
+(cd snap && bgp4 simulate --molecule alanine-tetrapeptide --out ala4-300K-remd-dense-s4-first95.h5 --temperature 300 \
+  --constraints none --replica-exchange 300:600:6 --frames 94390 --save-every 100 --equilibration-ps 100 --seed 4 \
+  --velocity-refresh exchange --quiet)
+python run/scripts/remd_check.py snap/ala4-300K-remd-dense-s4-first95.h5 snap/ala4-300K-remd-dense-s4-first95.h5 --blocks 10
+# both runs against it (12:54, HEAD 72ac61a)
+bgp4 analyze runs/ala4-300K-fab-scratch-s0 runs/ala4-300K-fab-scratch-s0-more --data snap/ala4-300K-remd-dense-s4-first95.h5 \
+  --out report-fab4-both --workers 1
