@@ -129,7 +129,7 @@ def test_each_residue_gets_the_metrics_of_its_own_pair(md):
     assert own == {k: flat[k] for k in own}  # alanine dipeptide: the one residue is the flat pair
     assert other["p_phi_positive"] == pytest.approx(float(np.mean(shifted[:n] > 0)))
     assert other["p_phi_positive_error"] == pytest.approx(other["p_phi_positive"] - float(np.mean(shifted > 0)))
-    assert other["ramachandran_tv_floor"] > 0 and other["ramachandran_tv_reweighted"] is not None
+    assert other["ramachandran_tv_floor"] > 0 and 0 < other["ramachandran_tv_reweighted"] <= 1
     # without weights, every residue's reweighted keys are None as the flat ones
     unweighted = model_metrics(
         u, None, phi[:n], psi[:n], u_md, phi, psi, threshold, weights_defined=True, residues=residues
@@ -143,7 +143,9 @@ def test_no_backbone_gives_energies_and_weights_only(md):
     summary = model_metrics(u_md[:500], -u_md[:500], None, None, u_md, None, None, threshold, weights_defined=True)
     json.dumps(summary)
     assert all(summary[k] is None for k in (*PAIR_KEYS, *PAIR_REWEIGHTED_KEYS))
-    assert summary["reverse_ess"] == pytest.approx(1.0) and summary["energy_w2"] is not None
+    assert summary["reverse_ess"] == pytest.approx(1.0)
+    # MD frames against MD: the energy distributions differ by sampling alone
+    assert 0 <= summary["energy_w2"] < 0.5 * np.std(u_md)
     assert "residues" not in summary
 
 
@@ -155,4 +157,5 @@ def test_md_states_carry_a_block_error(md):
     p = state["p_phi_positive"]
     assert state["dF_phi_se_kT"] == pytest.approx(state["p_phi_positive_se"] / (p * (1 - p)))
     reference = summarize_reference(md[0], md[3], phi=phi)
-    assert reference["p_phi_positive_se"] is not None and reference["dF_phi_se_kT"] is not None
+    assert reference["p_phi_positive_se"] > 0
+    assert reference["dF_phi_se_kT"] == pytest.approx(reference["p_phi_positive_se"] / (p * (1 - p)))

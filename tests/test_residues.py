@@ -150,7 +150,7 @@ def test_tetrapeptide_report_has_every_residue(tmp_path):
     central = model["residues"]["ALA3"]
     assert central == {k: model[k] for k in central}
     for residue in model["residues"].values():
-        assert residue["ramachandran_tv"] is not None and residue["ramachandran_tv_floor"] is not None
+        assert 0 < residue["ramachandran_tv"] <= 1 and residue["ramachandran_tv_floor"] > 0
         assert 0 <= residue["p_phi_positive"] <= 1
     assert (tmp_path / "report" / "ramachandran_residues.png").stat().st_size > 1000
     report = (tmp_path / "report" / "report.md").read_text()
