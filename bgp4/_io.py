@@ -3,18 +3,21 @@
 Every file bgp4 replaces in place (settings, checkpoints, split, metrics log, trajectories, MD
 replica states) goes through `atomic_write`: write a temporary file beside the target, fsync it,
 rename it over the target, fsync the directory so the rename itself survives a power cut.
-Logs that grow a line at a time (metrics, sweep task records) go through `append_line`.
+Logs that grow a record at a time (metrics, sweep task records) are JSON lines: `append_record`
+writes them and `read_records` reads them back, each surviving a kill in the middle of a line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
-__all__ = ["append_line", "atomic_write", "file_fingerprint", "temporary_path"]
+__all__ = ["append_record", "atomic_write", "file_fingerprint", "read_records", "temporary_path"]
 
 Content = Union[bytes, str, Callable[[Path], None]]
 
@@ -52,15 +55,26 @@ def atomic_write(path: str | os.PathLike, content: Content) -> Path:
     return path
 
 
-def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append `line` and a newline to a text log. A last line cut off by a kill is ended first, so
-    it stays one unreadable line that readers skip, instead of swallowing the new one."""
+def append_record(path: str | os.PathLike, record: Mapping[str, Any]) -> None:
+    """Append `record` as one JSON line to a log. A last line cut off by a kill is ended first, so
+    it stays one unreadable line that `read_records` skips, instead of swallowing the new one."""
     with open(path, "ab+") as f:
         if f.tell() > 0:  # "a" mode starts at the end
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
                 f.write(b"\n")
-        f.write(line.encode() + b"\n")
+        f.write(json.dumps(record).encode() + b"\n")
+
+
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a log written by `append_record`, in order; lines cut off by a kill are left
+    out, and a missing log has none."""
+    path = Path(path)
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    return records
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bgp4._io import append_line, atomic_write, file_fingerprint
+from bgp4._io import append_record, atomic_write, file_fingerprint, read_records
 from bgp4.errors import InputError
 
 __all__ = [
@@ -130,15 +130,11 @@ class Stage:
 
     def log(self, record: Mapping[str, Any]) -> None:
         """Append one record to the log."""
-        append_line(self.file(METRICS), json.dumps(record))
+        append_record(self.file(METRICS), record)
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The log's records in order; a line cut off by a kill is left out."""
-        for line in self._log_lines():
-            try:
-                yield json.loads(line)
-            except ValueError:
-                continue
+        yield from read_records(self.file(METRICS))
 
     def last_step(self, key: str = "global_step") -> int:
         """`key` of the log's last record (0 when there is none, or it has no such key)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bgp4._child import python_command
-from bgp4._io import append_line
+from bgp4._io import append_record, read_records
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
 from bgp4.sweep.plugins import stop_asked, trainer_cache
@@ -210,16 +210,11 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
 def _add_task_record(run: Path, record: dict[str, Any]) -> None:
     """Append one finished task (with where and when it ended) to the run's sweep-tasks.jsonl."""
     record = {**record, "worker": f"{socket.gethostname()} pid {os.getpid()}", "ended": time.time()}
-    append_line(run / TASKS_FILE, json.dumps(record))
+    append_record(run / TASKS_FILE, record)
 
 
 def _task_records(run: Path) -> list[dict[str, Any]]:
-    path = run / TASKS_FILE
-    records = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):  # a line cut off by a killed task
-            records.append(json.loads(line))
-    return records
+    return read_records(run / TASKS_FILE)
 
 
 # `bgp4 simulate` as a worker's child: it dies with the worker (which may be killed when the sweep
