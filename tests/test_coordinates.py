@@ -11,7 +11,7 @@ import torch
 
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
-from bgp4.flows.torsions import _sparsest_cut
+from bgp4.flows.torsions import TORSION_REACH, _narrow_scale, _sparsest_cut
 from bgp4.simulation.atoms import constrained_bonds
 
 
@@ -176,6 +176,21 @@ def test_sparsest_cut_lands_in_gap():
     cut = _sparsest_cut(torsions, 36)[0].item()
     # The gap runs from about 2.6 through pi to about -0.9; the cut must be inside it.
     assert cut > 2.7 or cut < -1.0
+
+
+def test_a_rare_far_basin_is_kept_inside_the_spline_domain():
+    g = torch.Generator().manual_seed(4)
+    one = 0.4 * torch.randn(20000, 1, generator=g, dtype=torch.float64)
+    # 2 % of the frames in a second basin 2.4 rad (6 stds of the first) away, as phi > 0 at 300 K
+    two = torch.cat([one[:19600], -2.4 + 0.1 * torch.randn(400, 1, generator=g, dtype=torch.float64)])
+    u = torch.cat([one, two], dim=1)
+    mean, std = u.mean(0), u.std(0)
+    scale = _narrow_scale(u, mean, std)
+    assert scale[0] == std[0]  # one basin: its std stands
+    y = (u - mean) / scale
+    beyond = (y[:, 1].abs() > TORSION_REACH).double().mean()
+    assert beyond <= 1e-3 < (y[:, 1].abs() > 0.99 * TORSION_REACH).double().mean()
+    assert ((u[:, 1] - mean[1]) / std[1]).abs().max() > 5.0  # without the widening: beyond the splines' +-5
 
 
 def test_bad_input(transform, molecule):

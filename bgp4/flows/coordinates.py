@@ -18,8 +18,9 @@ Flow coordinates, (batch, n_dims), in this order: free bonds, angles, torsions, 
               t = cut + pi + y                      for torsions that go around the circle (every
                 5-degree bin of the data populated): y is an angle in [-pi, pi) with the seam at the
                 sparsest bin, for circular splines (`circular_mask`); no cut, no vanishing density
-              t = cut + pi + torsion_mean + torsion_std * y   for narrow torsions (standardized;
-                in the domain while |torsion_mean + torsion_std * y| < pi)
+              t = cut + pi + torsion_mean + torsion_std * y   for narrow torsions (standardized,
+                the scale widened where needed so that a rare basin lies inside the splines' domain,
+                `torsions.TORSION_REACH`; in the domain while |torsion_mean + torsion_std * y| < pi)
 With `fix_constrained` every constrained bond of the system is fixed at its constraint length: the
 rigid block and z-matrix come from `bgp4.simulation.atoms.constraint_free_layout`, so no constrained pair
 is left as a flow dimension (48 dims for alanine dipeptide instead of 60).
@@ -47,7 +48,15 @@ from torch import nn
 from bgp4.errors import InputError
 from bgp4.flows._layout import ZMatrixLayout, molecule_layout, rigid_pca, rigid_reference
 from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, place_atom
-from bgp4.flows.torsions import TORSION_MODES, TWO_PI, _goes_around, _sparsest_cut, _torsion_from_logit, _torsion_logit
+from bgp4.flows.torsions import (
+    TORSION_MODES,
+    TWO_PI,
+    _goes_around,
+    _narrow_scale,
+    _sparsest_cut,
+    _torsion_from_logit,
+    _torsion_logit,
+)
 
 if TYPE_CHECKING:
     from bgp4.simulation.molecule import Molecule
@@ -232,6 +241,8 @@ class MixedCoordinateTransform(nn.Module):
                 t.torsion_circular.copy_(_goes_around(tor))
             u, _ = t._torsion_to_flow(tor, standardize=False)
             mean, std = u.mean(0), u.std(0).clamp_min(min_std)
+            if torsions == "circular":  # the spline kinds: keep rare basins inside the splines' domain
+                std = _narrow_scale(u, mean, std)
             t.torsion_mean.copy_(torch.where(t.torsion_circular, 0.0, mean))
             t.torsion_std.copy_(torch.where(t.torsion_circular, 1.0, std))
             t._fit_rigid(x[:, t._rigid_idx], max_rmsd)

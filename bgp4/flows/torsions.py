@@ -10,7 +10,7 @@ import math
 
 import torch
 
-__all__ = ["CIRCULAR_BINS", "CIRCULAR_MIN_DENSITY", "TORSION_MODES", "TWO_PI"]
+__all__ = ["CIRCULAR_BINS", "CIRCULAR_MIN_DENSITY", "TORSION_MODES", "TORSION_REACH", "TWO_PI"]
 
 _F64 = torch.float64
 TWO_PI = 2.0 * math.pi
@@ -19,6 +19,12 @@ TORSION_MODES = ("logit", "circular")
 #: A torsion is circular when every 5-degree bin of the training data holds at least this share
 #: of the uniform density (at 600 K: the three methyl rotors and psi; phi has an empty range).
 CIRCULAR_BINS, CIRCULAR_MIN_DENSITY = 72, 0.01
+#: A narrow torsion of the spline kinds is standardized so that all but the outermost
+#: 1 - TORSION_REACH_QUANTILE of the training frames lie within +-TORSION_REACH. A rare basin
+#: far from the mean (phi > 0 of a peptide's inner residues at 300 K lies 5-6 standard deviations
+#: out) would otherwise fall beyond the spline couplings' domain (+-5), in their identity tails,
+#: where no layer can give it mass. A unimodal torsion (0.999 quantile about 3.3) keeps its std.
+TORSION_REACH, TORSION_REACH_QUANTILE = 4.0, 0.999
 
 
 def _torsion_logit(t: torch.Tensor, cut: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,6 +54,14 @@ def _sparsest_cut(torsions: torch.Tensor, bins: int) -> torch.Tensor:
     counts = _bin_counts(torsions, bins)
     smooth = counts + 0.5 * (counts.roll(1, 0) + counts.roll(-1, 0))
     return -math.pi + (TWO_PI / bins) * (smooth.argmin(0).to(_F64) + 0.5)
+
+
+def _narrow_scale(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(m,) standardizing scale (rad) per column of (n, m) torsion coordinates: their std, widened
+    where more than 1 - TORSION_REACH_QUANTILE of the frames lie beyond TORSION_REACH stds."""
+    k = max(1, min(u.shape[0], math.ceil(TORSION_REACH_QUANTILE * u.shape[0])))
+    reach = (u - mean).abs().kthvalue(k, dim=0).values  # torch.quantile refuses large inputs
+    return torch.maximum(std, reach / TORSION_REACH)
 
 
 def _goes_around(torsions: torch.Tensor) -> torch.Tensor:
