@@ -1,0 +1,75 @@
+"""How far out each narrow torsion's frames lie in the spline kinds' standardized coordinates.
+
+    python run/scripts/torsion_reach.py DATA.h5 [--every 5] [--unwidened]
+
+Fits the spline kinds' coordinate transform to every `--every`-th frame of a `bgp4 simulate` file
+(constraints as the file's system has them: fixed for `hbonds`) and prints, per narrow torsion,
+the 0.999 quantile and the maximum of |y|, largest first; then, per residue, where the frames with
+phi > 0 lie on that residue's phi coordinate. The splines act on [-5, 5] and are the identity
+beyond it, so frames out there get no mass from the flow. `--unwidened` shows the standardization
+by the plain std (bgp4 before the torsion scale was widened, `bgp4.flows.torsions.TORSION_REACH`).
+Prints `name: value` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from unittest import mock
+
+import mdtraj
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bgp4.flows import coordinates  # noqa: E402
+from bgp4.generator.model import build_generator  # noqa: E402
+from bgp4.simulation.data import load_trajectory  # noqa: E402
+
+SPLINE_BOUND = 5.0  # RQSpline's default domain, [-5, 5]
+
+
+def standardized(path: str, every: int, unwidened: bool):
+    """(transform, flow coordinates (n, n_dims) of the fitted frames, the frames, the topology)."""
+    data = load_trajectory(path)
+    molecule = data.molecule()
+    xyz = data.xyz[::every]
+    fix = molecule.spec.constraints != "none"
+    keep = (lambda u, mean, std: std) if unwidened else coordinates._narrow_scale
+    with mock.patch.object(coordinates, "_narrow_scale", keep):
+        bg = build_generator("spline", xyz, molecule, blocks=1, hidden=8, fix_constrained=fix)
+    with torch.no_grad():
+        y, _ = bg.transform.from_cartesian(torch.as_tensor(xyz, dtype=torch.float64))
+    return bg.transform, y.double(), xyz, molecule.topology  # an mdtraj Topology
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data")
+    parser.add_argument("--every", type=int, default=5, help="fit to every n-th frame")
+    parser.add_argument("--unwidened", action="store_true", help="standardize by the plain std")
+    args = parser.parse_args()
+    t, y, xyz, top = standardized(args.data, args.every, args.unwidened)
+    start = t.n_free_bonds + t.n_ic
+    names = [f"{a.residue}-{a.name}" for a in top.atoms]
+    tor = y[:, start : start + t.n_ic]
+    q = torch.quantile(tor.abs(), 0.999, dim=0)
+    for row in torch.argsort(-q)[:8].tolist():
+        if not bool(t.torsion_circular[row]):
+            label = " ".join(names[i] for i in t.z_matrix[row])
+            print(f"torsion {label}: q999 {q[row]:.2f}, max {tor[:, row].abs().max():.2f}")
+    rows = {frozenset(r): i for i, r in enumerate(t.z_matrix)}
+    quads, phi = mdtraj.compute_phi(mdtraj.Trajectory(xyz, top))
+    for quad, values in zip(quads, phi.T):
+        row, positive = rows.get(frozenset(quad.tolist())), values > 0
+        if row is None or not positive.any():
+            continue
+        out = (tor[positive, row].abs() > SPLINE_BOUND).double().mean().item()
+        median = tor[positive, row].median().item()
+        residue = top.atom(int(quad[2])).residue
+        print(f"phi > 0 {residue}: P {positive.mean():.4f}, y median {median:+.2f}, beyond +-5 {out:.3f}")
+
+
+if __name__ == "__main__":
+    main()
