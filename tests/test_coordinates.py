@@ -178,6 +178,11 @@ def test_sparsest_cut_lands_in_gap():
     assert cut > 2.7 or cut < -1.0
 
 
+def test_logit_torsions_keep_their_plain_std(transform, frames):
+    u, _ = transform._torsion_to_flow(transform.internal_coordinates(frames)[2], standardize=False)
+    assert torch.allclose(transform.torsion_std, u.std(0).clamp_min(1e-4))  # the paper's kinds: no widening
+
+
 def test_a_rare_far_basin_is_kept_inside_the_spline_domain():
     g = torch.Generator().manual_seed(4)
     one = 0.4 * torch.randn(20000, 1, generator=g, dtype=torch.float64)
@@ -230,6 +235,8 @@ def test_circular_torsions_round_trip_and_are_chosen_from_the_data(frames, molec
     assert t.in_domain(y).all()
     circ = t.circular_mask
     assert int(circ.sum()) == len(rows) and y[:, circ].abs().max() <= math.pi
+    narrow_cols = t.n_free_bonds + t.n_ic + (~t.torsion_circular).nonzero().flatten()
+    assert torch.quantile(y[:, narrow_cols].abs(), 0.99, dim=0).max() <= TORSION_REACH  # inside the splines
     back, logdet_back = t.to_cartesian(y)
     assert torch.allclose(logdet, -logdet_back, atol=1e-8)
     assert t.reconstruction_error(frames).max() < 1e-5  # fixed bonds: data deviate by ~1e-7 nm

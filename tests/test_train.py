@@ -892,3 +892,26 @@ def test_energy_phase_learning_rate_is_constant_or_decays_over_its_own_steps():
     assert rate(125, constant) == rate(150, constant) == pytest.approx(1e-4)
     with pytest.raises(InputError, match=r"--energy-lr-schedule\) must be one of constant, cosine"):
         TrainSettings(objective="fab", energy_lr_schedule="step").validated()
+
+
+def test_init_keeps_its_transform_and_a_refitted_checkpoint_remaps_the_frames(md_file, tmp_path, capsys):
+    """--init from a run fitted to other frames: the generator is that run's model, transform and
+    circular torsions included, and the frames are mapped by it. A transform loaded from a
+    checkpoint that differs from the fresh fit (an older bgp4's) remaps them."""
+    from bgp4.generator.model import load_generator
+    from bgp4.simulation.md import MDSettings, simulate
+
+    small = {**TINY, "blocks": 1, "hidden": 8, "compile": "off", "steps": 2, "energy_steps": 0, "eval_every": 1}
+    train(TrainSettings(data=str(md_file), model="spline", **small), tmp_path / "first", progress=False)
+    other = tmp_path / "other.h5"
+    simulate(other, MDSettings(frames=600, equilibration_ps=1.0, replicas=1, seed=12), progress=False)
+    tuned = _tiny_trainer(other, tmp_path, model="spline", steps=2, energy_steps=0, init=str(tmp_path / "first"))
+    start = load_generator(tmp_path / "first" / "model.pt").state_dict()
+    assert all(torch.equal(v, start[k]) for k, v in tuned.bg.state_dict().items())
+    mapped = tuned.bg.flow_coordinates(torch.as_tensor(tuned.data._test_frames))[0]
+    assert torch.allclose(tuned.data.test_y[0], mapped)
+    assert not tuned.data.remap_if_refitted()  # nothing changed since
+    with torch.no_grad():
+        tuned.bg.transform.torsion_std.mul_(1.5)  # as a checkpoint fitted otherwise would load
+    assert tuned.data.remap_if_refitted() and "differs" in capsys.readouterr().err
+    assert not torch.allclose(tuned.data.test_y[0], mapped)

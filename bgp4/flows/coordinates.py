@@ -18,9 +18,9 @@ Flow coordinates, (batch, n_dims), in this order: free bonds, angles, torsions, 
               t = cut + pi + y                      for torsions that go around the circle (every
                 5-degree bin of the data populated): y is an angle in [-pi, pi) with the seam at the
                 sparsest bin, for circular splines (`circular_mask`); no cut, no vanishing density
-              t = cut + pi + torsion_mean + torsion_std * y   for narrow torsions (standardized,
-                the scale widened where needed so that a rare basin lies inside the splines' domain,
-                `torsions.TORSION_REACH`; in the domain while |torsion_mean + torsion_std * y| < pi)
+              t = cut + pi + torsion_mean + torsion_std * y   for narrow torsions (standardized, the
+                scale widened to keep rare basins inside the splines' domain, `TORSION_REACH`;
+                in the domain while |torsion_mean + torsion_std * y| < pi)
 With `fix_constrained` every constrained bond of the system is fixed at its constraint length: the
 rigid block and z-matrix come from `bgp4.simulation.atoms.constraint_free_layout`, so no constrained pair
 is left as a flow dimension (48 dims for alanine dipeptide instead of 60).
@@ -92,11 +92,8 @@ class MixedCoordinateTransform(nn.Module):
             raise InputError(f"torsions must be one of {TORSION_MODES}, got {torsions!r}")
         self.torsions = torsions
         layout = ZMatrixLayout.checked(z_matrix, rigid_block, n_atoms, fixed_rows, n_rigid_dims)
-        self.z_matrix, self.rigid_block, self.n_atoms = (
-            layout.z_matrix.tolist(),
-            layout.rigid_block.tolist(),
-            int(n_atoms),
-        )
+        self.z_matrix, self.rigid_block = layout.z_matrix.tolist(), layout.rigid_block.tolist()
+        self.n_atoms = int(n_atoms)
         self.fixed_rows, self.n_rigid_dims, self.n_ic = layout.fixed, layout.n_rigid_dims, layout.n_ic
         self.n_free_bonds = len(layout.free)
         self.n_dims = layout.n_dims
@@ -241,8 +238,7 @@ class MixedCoordinateTransform(nn.Module):
                 t.torsion_circular.copy_(_goes_around(tor))
             u, _ = t._torsion_to_flow(tor, standardize=False)
             mean, std = u.mean(0), u.std(0).clamp_min(min_std)
-            if torsions == "circular":  # the spline kinds: keep rare basins inside the splines' domain
-                std = _narrow_scale(u, mean, std)
+            std = _narrow_scale(u, mean, std) if torsions == "circular" else std  # spline kinds: basins inside
             t.torsion_mean.copy_(torch.where(t.torsion_circular, 0.0, mean))
             t.torsion_std.copy_(torch.where(t.torsion_circular, 1.0, std))
             t._fit_rigid(x[:, t._rigid_idx], max_rmsd)

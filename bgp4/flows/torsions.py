@@ -10,7 +10,14 @@ import math
 
 import torch
 
-__all__ = ["CIRCULAR_BINS", "CIRCULAR_MIN_DENSITY", "TORSION_MODES", "TORSION_REACH", "TWO_PI"]
+__all__ = [
+    "CIRCULAR_BINS",
+    "CIRCULAR_MIN_DENSITY",
+    "TORSION_MODES",
+    "TORSION_REACH",
+    "TORSION_REACH_QUANTILE",
+    "TWO_PI",
+]
 
 _F64 = torch.float64
 TWO_PI = 2.0 * math.pi

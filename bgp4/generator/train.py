@@ -29,7 +29,7 @@ from bgp4.errors import InputError
 from bgp4.generator.checkpoint import Checkpoint
 from bgp4.generator.loop import LOG_EVERY, TrainingLoop
 from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty
-from bgp4.generator.model import build_generator, load_generator, weights_defined
+from bgp4.generator.model import BoltzmannGenerator, build_generator, load_generator, weights_defined
 from bgp4.generator.rundir import MODEL, RunDirectory, check_init, check_init_molecule, init_summary, run_costs
 from bgp4.generator.training_data import TEST_FRAMES, TrainingData
 from bgp4.kinds import get_objective
@@ -108,7 +108,7 @@ class Trainer:
             self.molecule, self.temperature = molecule, float(self.s.temperature)
             self.bg = self._build(None)
             return
-        self.bg = load_generator(RunDirectory(self.s.init).file(MODEL), self.device)
+        self.bg = self._init_model()
         self.molecule = molecule if molecule is not None else self.bg.molecule()
         self.temperature = float(self.s.temperature or init_summary(self.s.init)["temperature"])
 
@@ -119,8 +119,14 @@ class Trainer:
         self.data = TrainingData(data.xyz, settings, self.molecule)
         self.run.save_split(self.data.train_idx, self.data.test_idx)
         self.temperature = resolve_temperature(data.settings.get("temperature"), settings.temperature, settings.data)
-        self.bg = self._build(self.data.train_frames)
+        self.bg = self._build(self.data.train_frames)  # with init too: it draws the seeded stream alike
+        if settings.init:  # init's model keeps its own transform: its fit, and so its circular torsions
+            self.bg = self._init_model()
         self.data.map(self.bg)
+
+    def _init_model(self) -> BoltzmannGenerator:
+        """The model of `init`'s run, on the run's device."""
+        return load_generator(RunDirectory(self.s.init).file(MODEL), self.device)
 
     def _build(self, frames):
         """A fresh generator of the run's kind, its transform fitted to `frames` (n, n_atoms, 3) nm or,
@@ -190,12 +196,12 @@ class Trainer:
         return self._finish() if self.step >= self.total_steps else None
 
     def _start(self) -> None:
-        """Resume from the checkpoint, or start: from `init`'s model, with a first metrics record."""
+        """Resume from the checkpoint, or start with a first metrics record."""
         if self.checkpoint.restore():
+            if self.data is not None:  # a checkpoint's transform rules; an older bgp4 may have fitted it otherwise
+                self.data.remap_if_refitted()
             return
         self.run.truncate_log(-1)  # records of a run killed before its first checkpoint
-        if self.s.init:
-            self.bg.load_state_dict(load_generator(RunDirectory(self.s.init).file(MODEL), self.device).state_dict())
         self.loop.record([], test=True)
 
     def _train_to(self, end: int, energy, bar, request: StopRequest) -> None:

@@ -7,6 +7,7 @@ run draws the same batches as an unbroken one.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -60,9 +61,21 @@ class TrainingData:
     def map(self, bg: BoltzmannGenerator) -> None:
         """Map the frames to `bg`'s flow coordinates (on its device)."""
         self.bg = bg
+        self._mapped_by = _fitted(bg)
         self.train_xyz = self.train_frames if self.augment else None
         self.train_y = None if self.augment else self.flow_coordinates(self.train_frames)
         self.test_y = self.flow_coordinates(self._test_frames)
+
+    def remap_if_refitted(self) -> bool:
+        """Map the frames again if the generator's transform has changed since `map` (a checkpoint
+        or `--init` model loaded over the fresh fit: fitted by other frames or another bgp4);
+        returns whether it did."""
+        now = _fitted(self.bg)
+        if now.keys() == self._mapped_by.keys() and all(torch.equal(now[k], self._mapped_by[k]) for k in now):
+            return False
+        print("the loaded model's coordinate transform differs from a fit to these frames: it is kept", file=sys.stderr)
+        self.map(self.bg)
+        return True
 
     def flow_coordinates(self, xyz: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Frames (n, n_atoms, 3) nm -> flow coordinates (n, dims) and log|dy/dx| (n,) on the device."""
@@ -105,3 +118,8 @@ class TrainingData:
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.batch_gen.set_state(state["batch_rng"].cpu())
+
+
+def _fitted(bg: BoltzmannGenerator) -> dict[str, torch.Tensor]:
+    """A copy of the fitted buffers of `bg`'s coordinate transform (what maps frames to flow coordinates)."""
+    return {k: v.detach().clone() for k, v in bg.transform.state_dict().items()}

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import mdtraj
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -30,7 +32,7 @@ from bgp4.simulation.data import load_trajectory  # noqa: E402
 SPLINE_BOUND = 5.0  # RQSpline's default domain, [-5, 5]
 
 
-def standardized(path: str, every: int, unwidened: bool):
+def standardized(path: str, every: int, unwidened: bool) -> tuple[Any, torch.Tensor, np.ndarray, Any]:
     """(transform, flow coordinates (n, n_dims) of the fitted frames, the frames, the topology)."""
     data = load_trajectory(path)
     molecule = data.molecule()
@@ -54,7 +56,7 @@ def main() -> None:
     start = t.n_free_bonds + t.n_ic
     names = [f"{a.residue}-{a.name}" for a in top.atoms]
     tor = y[:, start : start + t.n_ic]
-    q = torch.quantile(tor.abs(), 0.999, dim=0)
+    q = torch.as_tensor(np.quantile(tor.abs().numpy(), 0.999, axis=0))  # torch.quantile refuses large inputs
     for row in torch.argsort(-q)[:8].tolist():
         if not bool(t.torsion_circular[row]):
             label = " ".join(names[i] for i in t.z_matrix[row])
