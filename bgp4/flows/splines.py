@@ -25,13 +25,16 @@ from zuko.transforms import MonotonicRQSTransform, Transform
 from bgp4.errors import InputError
 from bgp4.flows.base import Flow
 
-__all__ = ["RQSpline", "MaskedCoupling", "CircularShift", "wrap_angle"]
+__all__ = ["RQSpline", "MaskedCoupling", "CircularShift", "SPLINE_BOUND", "wrap_angle"]
 
 
 def wrap_angle(x: torch.Tensor) -> torch.Tensor:
     """Angles (rad) wrapped into [-pi, pi)."""
     return torch.remainder(x + math.pi, 2.0 * math.pi) - math.pi
 
+
+#: The splines act on [-SPLINE_BOUND, SPLINE_BOUND] and are the identity beyond it.
+SPLINE_BOUND = 5.0
 
 #: zuko's default minimum slope of a spline; it bounds the unconstrained parameters' effect.
 MIN_SLOPE = 1e-3
@@ -54,7 +57,9 @@ class _Spline(MonotonicRQSTransform):
     """zuko's monotonic RQ spline (its arithmetic: `_call`, `_inverse`, `call_and_ladj`), whose knots
     are built here with `_simplex`: the same knots as zuko's constructor (tests/test_splines.py)."""
 
-    def __init__(self, widths: torch.Tensor, heights: torch.Tensor, derivatives: torch.Tensor, bound: float = 5.0):
+    def __init__(
+        self, widths: torch.Tensor, heights: torch.Tensor, derivatives: torch.Tensor, bound: float = SPLINE_BOUND
+    ):
         Transform.__init__(self)
         log_slope = abs(math.log(MIN_SLOPE))
         widths = torch.nn.functional.pad(_simplex(_bounded(widths, log_slope / 2)), (1, 0))
@@ -79,7 +84,7 @@ class RQSpline:
         True
     """
 
-    def __init__(self, bins: int = 8, bound: float = 5.0):
+    def __init__(self, bins: int = 8, bound: float = SPLINE_BOUND):
         if not isinstance(bins, int) or bins < 2:
             raise InputError(f"spline bins must be an integer >= 2, got {bins!r}")
         if not bound > 0:
@@ -127,7 +132,7 @@ class MaskedCoupling(Flow):
         hidden: int = 256,
         layers: int = 2,
         bins: int = 8,
-        bound: float = 5.0,
+        bound: float = SPLINE_BOUND,
         dtype: torch.dtype | None = None,
     ):
         super().__init__()

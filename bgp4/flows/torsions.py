@@ -29,8 +29,8 @@ CIRCULAR_BINS, CIRCULAR_MIN_DENSITY = 72, 0.01
 #: A narrow torsion of the spline kinds is standardized so that all but the outermost
 #: 1 - TORSION_REACH_QUANTILE of the training frames lie within +-TORSION_REACH. A rare basin
 #: far from the mean (phi > 0 of a peptide's inner residues at 300 K lies 5-6 standard deviations
-#: out) would otherwise fall beyond the spline couplings' domain (+-5), in their identity tails,
-#: where no layer can give it mass. A unimodal torsion (0.999 quantile about 3.3) keeps its std.
+#: out) would otherwise fall beyond the spline couplings' domain (+-`splines.SPLINE_BOUND`), in
+#: their identity tails, where no layer can give it mass. A unimodal torsion (0.999 quantile about 3.3) keeps its std.
 TORSION_REACH, TORSION_REACH_QUANTILE = 4.0, 0.999
 
 

@@ -68,8 +68,7 @@ class TrainingData:
 
     def remap_if_refitted(self) -> bool:
         """Map the frames again if the generator's transform has changed since `map` (a checkpoint
-        or `--init` model loaded over the fresh fit: fitted by other frames or another bgp4);
-        returns whether it did."""
+        loaded over the fresh fit, which an older bgp4 fitted otherwise); returns whether it did."""
         now = _fitted(self.bg)
         if now.keys() == self._mapped_by.keys() and all(torch.equal(now[k], self._mapped_by[k]) for k in now):
             return False

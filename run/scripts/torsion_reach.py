@@ -19,17 +19,16 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import mdtraj
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bgp4.analysis.residues import residue_dihedrals, residue_torsions  # noqa: E402
 from bgp4.flows import coordinates  # noqa: E402
+from bgp4.flows.splines import SPLINE_BOUND  # noqa: E402
 from bgp4.generator.model import build_generator  # noqa: E402
 from bgp4.simulation.data import load_trajectory  # noqa: E402
-
-SPLINE_BOUND = 5.0  # RQSpline's default domain, [-5, 5]
 
 
 def standardized(path: str, every: int, unwidened: bool) -> tuple[Any, torch.Tensor, np.ndarray, Any]:
@@ -44,6 +43,24 @@ def standardized(path: str, every: int, unwidened: bool) -> tuple[Any, torch.Ten
     with torch.no_grad():
         y, _ = bg.transform.from_cartesian(torch.as_tensor(xyz, dtype=torch.float64))
     return bg.transform, y.double(), xyz, molecule.topology  # an mdtraj Topology
+
+
+def phi_positive_placement(transform, y: torch.Tensor, xyz: np.ndarray, topology) -> list[tuple]:
+    """Per residue whose phi is a z-matrix torsion and has frames with phi > 0: (label, z-matrix row,
+    P(phi > 0), the median of those frames' standardized phi coordinate y, their share beyond
+    +-SPLINE_BOUND). y: (n, n_dims) flow coordinates of the frames xyz (n, n_atoms, 3) nm."""
+    rows = {frozenset(r): i for i, r in enumerate(transform.z_matrix)}
+    residues = residue_torsions(topology)
+    phi = residue_dihedrals(xyz, topology, residues)[0]
+    placed = []
+    for residue, values in zip(residues, phi.T):
+        row, positive = rows.get(frozenset(residue.phi)), values > 0
+        if row is None or not positive.any():
+            continue
+        on = y[positive, transform.n_free_bonds + transform.n_ic + row]
+        beyond = (on.abs() > SPLINE_BOUND).double().mean().item()
+        placed.append((residue.label, row, float(positive.mean()), on.median().item(), beyond))
+    return placed
 
 
 def main() -> None:
@@ -61,16 +78,8 @@ def main() -> None:
         if not bool(t.torsion_circular[row]):
             label = " ".join(names[i] for i in t.z_matrix[row])
             print(f"torsion {label}: q999 {q[row]:.2f}, max {tor[:, row].abs().max():.2f}")
-    rows = {frozenset(r): i for i, r in enumerate(t.z_matrix)}
-    quads, phi = mdtraj.compute_phi(mdtraj.Trajectory(xyz, top))
-    for quad, values in zip(quads, phi.T):
-        row, positive = rows.get(frozenset(quad.tolist())), values > 0
-        if row is None or not positive.any():
-            continue
-        out = (tor[positive, row].abs() > SPLINE_BOUND).double().mean().item()
-        median = tor[positive, row].median().item()
-        residue = top.atom(int(quad[2])).residue
-        print(f"phi > 0 {residue}: P {positive.mean():.4f}, y median {median:+.2f}, beyond +-5 {out:.3f}")
+    for label, _, p, median, out in phi_positive_placement(t, y, xyz, top):
+        print(f"phi > 0 {label}: P {p:.4f}, y median {median:+.2f}, beyond +-5 {out:.3f}")
 
 
 if __name__ == "__main__":

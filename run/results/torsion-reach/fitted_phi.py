@@ -4,32 +4,32 @@
 
 For every third frame of DATA: per residue, the run's z-matrix row of phi, that torsion's fitted
 mean and scale (rad), and the median of the standardized coordinate y over the frames with
-phi > 0 and the share of them beyond the splines' +-5.
+phi > 0 and the share of them beyond the splines' +-5 (`run/scripts/torsion_reach.py`'s
+`phi_positive_placement`).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-import mdtraj
 import torch
 
-from bgp4.generator.model import load_generator
-from bgp4.simulation.data import load_trajectory
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from torsion_reach import phi_positive_placement  # noqa: E402
+
+from bgp4.generator.model import load_generator  # noqa: E402
+from bgp4.simulation.data import load_trajectory  # noqa: E402
 
 data = load_trajectory(sys.argv[1])
-xyz = data.xyz[::3]
-quads, phi = mdtraj.compute_phi(mdtraj.Trajectory(xyz, data.molecule().topology))
+xyz, topology = data.xyz[::3], data.molecule().topology
 for run in sys.argv[2:]:
     t = load_generator(f"{run}/model.pt").transform
-    rows = {frozenset(r): i for i, r in enumerate(t.z_matrix)}
     with torch.no_grad():
         y, _ = t.from_cartesian(torch.as_tensor(xyz, dtype=torch.float64))
-    for quad, values in zip(quads, phi.T):
-        row, positive = rows[frozenset(quad.tolist())], values > 0
-        on = y[positive, t.n_free_bonds + t.n_ic + row]
+    for label, row, _, median, beyond in phi_positive_placement(t, y, xyz, topology):
         print(
-            f"{run} {data.molecule().topology.atom(int(quad[2])).residue}: row {row}, mean "
-            f"{float(t.torsion_mean[row]):+.3f}, scale {float(t.torsion_std[row]):.3f}, phi > 0 y median "
-            f"{float(on.median()):+.2f}, beyond +-5 {float((on.abs() > 5).double().mean()):.3f}"
+            f"{run} {label}: row {row}, mean {float(t.torsion_mean[row]):+.3f}, scale "
+            f"{float(t.torsion_std[row]):.3f}, phi > 0 y median {median:+.2f}, beyond +-5 {beyond:.3f}"
         )
