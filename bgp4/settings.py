@@ -105,6 +105,7 @@ class TrainSettings:
     bins: int = 0  # spline bins; 0: the kind's default (8)
     lr_schedule: str = "auto"  # auto: constant for the paper's kinds, cosine decay for spline kinds
     clip_grad: float = -1.0  # max gradient norm; 0: no clipping; -1: auto (10 for spline kinds, kl and fab; else none)
+    weight_decay: float = 0.0  # likelihood phase: AdamW's decoupled decay of the coupling nets' weight matrices
     penalty_weight: float = 0.0  # C_p of the P4Inv bound penalty; 0 as in the paper's BG experiment
     merge_every: int = 100
     force_every: int = 10
@@ -170,6 +171,8 @@ class TrainSettings:
             raise InputError(
                 f"lr_schedule (--lr-schedule) must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"
             )
+        if not 0.0 <= self.weight_decay * self.lr < 1.0:  # each step multiplies a matrix by 1 - lr * decay
+            raise InputError(f"weight_decay (--weight-decay) must be in [0, 1 / lr), got {self.weight_decay}")
         if self.clip_grad < 0 and self.clip_grad != -1:
             raise InputError(f"clip_grad (--clip-grad) must be >= 0 (or -1 for auto), got {self.clip_grad}")
         self._check_objective()

@@ -915,3 +915,27 @@ def test_init_keeps_its_transform_and_a_refitted_checkpoint_remaps_the_frames(md
         tuned.bg.transform.torsion_std.mul_(1.5)  # as a checkpoint fitted otherwise would load
     assert tuned.data.remap_if_refitted() and "differs" in capsys.readouterr().err
     assert not torch.allclose(tuned.data.test_y[0], mapped)
+
+
+def test_weight_decay_shrinks_the_weight_matrices_alone_and_only_in_the_likelihood_phase(md_file, tmp_path):
+    trainer = _tiny_trainer(md_file, tmp_path, model="p4inv", weight_decay=0.5, energy_steps=0)
+    loop = trainer.loop
+    assert isinstance(loop.optimizer, torch.optim.AdamW)
+    before = {name: p.detach().clone() for name, p in trainer.bg.named_parameters()}
+    for p in trainer.bg.parameters():
+        p.grad = torch.zeros_like(p)  # Adam's own update is then 0: what moves is the decay alone
+    loop.optimizer.step()
+    shrink = 1.0 - TrainSettings().lr * 0.5
+    for name, p in trainer.bg.named_parameters():
+        expected = before[name] * shrink if p.ndim >= 2 else before[name]
+        torch.testing.assert_close(p.detach(), expected, msg=name)
+    assert any(p.ndim >= 2 for p in trainer.bg.parameters()) and any(p.ndim < 2 for p in trainer.bg.parameters())
+    loop.step = loop.s.steps  # the energy phase
+    loop.make_optimizer()
+    assert type(loop.optimizer) is torch.optim.Adam  # the energy phase keeps plain Adam
+    (tmp_path / "plain").mkdir()
+    assert type(_tiny_trainer(md_file, tmp_path / "plain").loop.optimizer) is torch.optim.Adam
+    for bad in (-0.1, 1000.0, float("nan")):
+        with pytest.raises(InputError, match=r"weight_decay \(--weight-decay\)"):
+            TrainSettings(weight_decay=bad).validated()
+    assert TrainSettings(weight_decay=50.0).validated().weight_decay == 50.0

@@ -146,6 +146,15 @@ def train(
         )
         + _d("clip_grad"),
     ),
+    weight_decay: Optional[float] = typer.Option(
+        None,
+        "--weight-decay",
+        help=(
+            "Likelihood phase: AdamW's decoupled weight decay (per unit learning rate) on the coupling nets' weight "
+            "matrices, a regularizer when the MD frames are few for the flow; 0: plain Adam."
+        )
+        + _d("weight_decay"),
+    ),
     penalty_weight: Optional[float] = typer.Option(
         None,
         "--penalty-weight",
@@ -303,6 +312,7 @@ def train(
         bins=bins,
         lr_schedule=lr_schedule,
         clip_grad=clip_grad,
+        weight_decay=weight_decay,
         penalty_weight=penalty_weight,
         merge_every=merge_every,
         force_every=force_every,
