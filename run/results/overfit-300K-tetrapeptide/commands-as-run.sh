@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What ran for this study (session 30, 2026-12-03, HEAD a6d6dae and its working tree), in /root/bgp4-long, with
+# the dense 300 K replica exchange of run/long_runs.sh going on beside it at the lowest priority.
+export OMP_NUM_THREADS=1
+D95=snap/ala4-300K-remd-dense-s4-first95.h5    # its first 95 sealed segments: 94,390 frames (9.4 ns), as in torsion-reach
+D184=snap/ala4-300K-remd-dense-s4-first184.h5  # its first 184 sealed segments: 182,240 frames (18.2 ns), written 17:40
+# the 184-segment snapshot, written like the 95-segment one (`snapshot` in ../fab-scratch-tetrapeptide-300K/commands-as-run.sh)
+snapshot ala4-300K-remd-dense-s4-first184 184 182240
+# the probes: one seed each, every setting the same but the one named (runs h256, h128, h64, wd1.0, wd3.0, wd10)
+probe() {  # NAME [FLAGS]
+  local name=$1; shift
+  bgp4 train --data $D95 --model spline --steps 1500 --keep-best --eval-every 250 --batch 512 --augment \
+    --energy-steps 0 --workers 1 --device cpu --seed 0 --out $name --quiet "$@"
+  bgp4 sample $name --n 20000 --workers 1 --quiet
+  bgp4 analyze $name --data $D95 --out $name-report --workers 1
+}
+probe h256
+probe h128 --hidden 128
+probe h64 --hidden 64
+probe wd1.0 --weight-decay 1.0
+probe wd3.0 --weight-decay 3.0
+probe wd10 --weight-decay 10.0
+# the NLL on the frames after the first 94,390 (held out in time), every 5th: 17,570 frames
+python held_out_nll.py $D184 h256 h128 h64 wd1.0 wd3.0 wd10 runs/ala4-dense95-ml-2000-reach --after 94390 --every 5 --json held-out-nll.json
