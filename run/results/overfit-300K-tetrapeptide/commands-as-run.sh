@@ -20,5 +20,17 @@ probe h64 --hidden 64
 probe wd1.0 --weight-decay 1.0
 probe wd3.0 --weight-decay 3.0
 probe wd10 --weight-decay 10.0
+# seed 1 of the plain recipe and of weight decay 3 (probe's --seed 0, then --seed 1: the last one counts)
+probe wd3.0-s1 --weight-decay 3.0 --seed 1
+probe h256-s1 --seed 1
+# weight decay 3 on the first 18.2 ns: 3,000 steps, then 20,000 samples refined by AIS(48)
+bgp4 train --data $D184 --model spline --weight-decay 3.0 --steps 3000 --keep-best --eval-every 250 \
+  --batch 512 --augment --energy-steps 0 --workers 1 --device cpu --seed 0 --out wd3-184 --quiet
+bgp4 sample wd3-184 --n 20000 --refine 48 --refine-steps 0 --workers 1 --quiet
+bgp4 analyze wd3-184 --data $D184 --out wd3-184-report --workers 1   # -> report-18ns/
+# weight decay 3 on 9.4 ns, refined by AIS(48) too
+bgp4 sample wd3.0 --n 20000 --refine 48 --refine-steps 0 --workers 1 --quiet
+bgp4 analyze wd3.0 --data $D95 --out wd3.0-report-ais --workers 1
 # the NLL on the frames after the first 94,390 (held out in time), every 5th: 17,570 frames
 python held_out_nll.py $D184 h256 h128 h64 wd1.0 wd3.0 wd10 runs/ala4-dense95-ml-2000-reach --after 94390 --every 5 --json held-out-nll.json
+python held_out_nll.py $D184 h256-s1 wd3.0-s1 --after 94390 --every 5 --json held-out-nll-s1.json
