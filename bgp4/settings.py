@@ -172,7 +172,10 @@ class TrainSettings:
                 f"lr_schedule (--lr-schedule) must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}"
             )
         if not 0.0 <= self.weight_decay * self.lr < 1.0:  # each step multiplies a matrix by 1 - lr * decay
-            raise InputError(f"weight_decay (--weight-decay) must be in [0, 1 / lr), got {self.weight_decay}")
+            raise InputError(
+                f"weight_decay (--weight-decay) must be in [0, 1 / lr) = [0, {1.0 / self.lr:g}), "
+                f"got {self.weight_decay}"
+            )
         if self.clip_grad < 0 and self.clip_grad != -1:
             raise InputError(f"clip_grad (--clip-grad) must be >= 0 (or -1 for auto), got {self.clip_grad}")
         self._check_objective()
@@ -190,6 +193,7 @@ class TrainSettings:
             lr_schedule=self.lr_schedule if self.lr_schedule != "auto" else ("cosine" if spline else "constant"),
             clip_grad=self.clip_grad if self.clip_grad >= 0 else (10.0 if spline or energy_only else 0.0),
             energy_steps=0 if self.objective == "ml" else self.energy_steps,
+            weight_decay=self.weight_decay if self.steps else 0.0,  # only the likelihood phase decays
             energy_lr=self.energy_lr or ENERGY_LR.get(self.objective, ENERGY_LR[DEFAULT_OBJECTIVE]),
         )
 

@@ -918,18 +918,24 @@ def test_init_keeps_its_transform_and_a_refitted_checkpoint_remaps_the_frames(md
 
 
 def test_weight_decay_shrinks_the_weight_matrices_alone_and_only_in_the_likelihood_phase(md_file, tmp_path):
-    trainer = _tiny_trainer(md_file, tmp_path, model="p4inv", weight_decay=0.5, energy_steps=0)
-    loop = trainer.loop
-    assert isinstance(loop.optimizer, torch.optim.AdamW)
-    before = {name: p.detach().clone() for name, p in trainer.bg.named_parameters()}
-    for p in trainer.bg.parameters():
-        p.grad = torch.zeros_like(p)  # Adam's own update is then 0: what moves is the decay alone
-    loop.optimizer.step()
-    shrink = 1.0 - TrainSettings().lr * 0.5
-    for name, p in trainer.bg.named_parameters():
-        expected = before[name] * shrink if p.ndim >= 2 else before[name]
-        torch.testing.assert_close(p.detach(), expected, msg=name)
-    assert any(p.ndim >= 2 for p in trainer.bg.parameters()) and any(p.ndim < 2 for p in trainer.bg.parameters())
+    for model in ("p4inv", "spline"):  # affine couplings (w1..w3, b1..b3, scale) and P4Inv; nn.Linear conditioners
+        (tmp_path / model).mkdir()
+        trainer = _tiny_trainer(md_file, tmp_path / model, model=model, weight_decay=0.5, energy_steps=0)
+        loop = trainer.loop
+        assert isinstance(loop.optimizer, torch.optim.AdamW)
+        before = {name: p.detach().clone() for name, p in trainer.bg.named_parameters()}
+        for p in trainer.bg.parameters():
+            p.grad = torch.zeros_like(p)  # Adam's own update is then 0: what moves is the decay alone
+        loop.optimizer.step()
+        shrink = 1.0 - TrainSettings().lr * 0.5
+        leaves, decayed = set(), set()
+        for name, p in trainer.bg.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            matrix = leaf in ("weight", "w1", "w2", "w3")
+            torch.testing.assert_close(p.detach(), before[name] * shrink if matrix else before[name], msg=name)
+            leaves, decayed = leaves | {leaf}, decayed | ({leaf} if matrix else set())
+        assert decayed == ({"w1", "w2", "w3"} if model == "p4inv" else {"weight"})
+        assert leaves - decayed >= ({"b1", "b2", "b3", "scale", "u", "v"} if model == "p4inv" else {"bias"})
     loop.step = loop.s.steps  # the energy phase
     loop.make_optimizer()
     assert type(loop.optimizer) is torch.optim.Adam  # the energy phase keeps plain Adam
@@ -939,3 +945,4 @@ def test_weight_decay_shrinks_the_weight_matrices_alone_and_only_in_the_likeliho
         with pytest.raises(InputError, match=r"weight_decay \(--weight-decay\)"):
             TrainSettings(weight_decay=bad).validated()
     assert TrainSettings(weight_decay=50.0).validated().weight_decay == 50.0
+    assert TrainSettings(weight_decay=3.0, steps=0, objective="kl").validated().weight_decay == 0.0  # no ML phase

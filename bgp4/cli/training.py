@@ -150,8 +150,9 @@ def train(
         None,
         "--weight-decay",
         help=(
-            "Likelihood phase: AdamW's decoupled weight decay (per unit learning rate) on the coupling nets' weight "
-            "matrices, a regularizer when the MD frames are few for the flow; 0: plain Adam."
+            "Likelihood phase: AdamW's decoupled weight decay (per unit learning rate, below 1 / lr) on the coupling "
+            "nets' weight matrices, not their biases; a regularizer when the MD frames are few for the flow; 0: plain "
+            "Adam."
         )
         + _d("weight_decay"),
     ),

@@ -2,14 +2,15 @@
 one step's loss and update, and the metrics records.
 
 Phase "ml" (steps 0..steps): Adam on the negative log-likelihood of MD frames (nats per frame,
-Cartesian density). Phase "energy" (energy_steps more): a fresh Adam on the run's objective
-(`bgp4.generator.objectives`: mixed, the paper's w_l * NLL + w_e * reverse KL; kl; fab), with u in
-kT from the OpenMM bridge. With `keep_best`, the likelihood phase ends with the weights of its lowest
-test NLL (of the evaluations every eval_every steps, its start and end included): early stopping
-on the held-out frames, which then also select the model. The P4Inv schedule runs after every
-optimizer step in both phases. The learning rate is a function of the step and every other piece
-of state (the objective's replay buffer and the best weights included) is in `state_dict`, so that
-a run resumed from a checkpoint equals an unbroken one.
+Cartesian density); AdamW with `weight_decay`, which decays the weight matrices alone. Phase
+"energy" (energy_steps more): a fresh Adam on the run's objective (`bgp4.generator.objectives`:
+mixed, the paper's w_l * NLL + w_e * reverse KL; kl; fab), with u in kT from the OpenMM bridge.
+With `keep_best`, the likelihood phase ends with the weights of its lowest test NLL (of the
+evaluations every eval_every steps, its start and end included): early stopping on the held-out
+frames, which then also select the model. The P4Inv schedule runs after every optimizer step in
+both phases. The learning rate is a function of the step and every other piece of state (the
+objective's replay buffer and the best weights included) is in `state_dict`, so that a run
+resumed from a checkpoint equals an unbroken one.
 A run without MD data (`data` None: kl or fab from a finished run) has no likelihood phase and no
 test NLL.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -55,13 +57,20 @@ def scheduled_lr(lr: float, schedule: str, step: int, steps: int) -> float:
     return lr
 
 
+def _is_weight_matrix(name: str, p: torch.Tensor) -> bool:
+    """Whether a parameter is a layer's weight matrix: at least 2-d and not a bias. nn.Linear names
+    its bias `bias`; the paper's affine couplings stack theirs as `b1`..`b3`, shape (2, 1, h)."""
+    leaf = name.rsplit(".", 1)[-1]
+    return p.ndim >= 2 and leaf != "bias" and re.fullmatch(r"b\d*", leaf) is None
+
+
 def _decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW parameter groups: the weight matrices (ndim >= 2: the coupling nets' layers) decay;
-    biases, scales and the P4Inv layers' vectors do not."""
-    params = list(module.parameters())
+    """AdamW parameter groups: the coupling nets' weight matrices decay; biases, the affine
+    couplings' scale and the P4Inv layers' vectors do not."""
+    named = list(module.named_parameters())
     return [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        {"params": [p for n, p in named if _is_weight_matrix(n, p)], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if not _is_weight_matrix(n, p)], "weight_decay": 0.0},
     ]
 
 
@@ -140,8 +149,8 @@ class TrainingLoop:
         return self.scheduler.layers
 
     def make_optimizer(self) -> None:
-        """A fresh Adam at the phase's learning rate, and a P4Inv scheduler on it (which keeps
-        the previous scheduler's counters)."""
+        """A fresh Adam (AdamW in the likelihood phase with `weight_decay`) at the phase's learning
+        rate, and a P4Inv scheduler on it (which keeps the previous scheduler's counters)."""
         lr = self.s.lr if self.phase == "ml" else self.s.energy_lr
         # fused Adam is one kernel for all ~400 tensors: 6-8 ms less per step on CPU
         if self.phase == "ml" and self.s.weight_decay > 0:
