@@ -67,11 +67,11 @@ def _is_weight_matrix(name: str, p: torch.Tensor) -> bool:
 def _decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW parameter groups: the coupling nets' weight matrices decay; biases, the affine
     couplings' scale and the P4Inv layers' vectors do not."""
-    named = list(module.named_parameters())
-    return [
-        {"params": [p for n, p in named if _is_weight_matrix(n, p)], "weight_decay": weight_decay},
-        {"params": [p for n, p in named if not _is_weight_matrix(n, p)], "weight_decay": 0.0},
-    ]
+    decayed: list[torch.Tensor] = []
+    kept: list[torch.Tensor] = []
+    for name, p in module.named_parameters():
+        (decayed if _is_weight_matrix(name, p) else kept).append(p)
+    return [{"params": decayed, "weight_decay": weight_decay}, {"params": kept, "weight_decay": 0.0}]
 
 
 class TrainingLoop:
