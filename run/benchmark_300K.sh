@@ -21,8 +21,14 @@
 # value; about 35 min of training per spline run and 50 per spline-p4inv run on one core), and with FAB_STEPS
 # FAB after their spline runs too. DENSE_FILE names the dense file in DATA: ala2-300K-remd-dense-x4.h5 (four
 # runs, 1,000,000 frames; run/long_runs.sh makes it) instead of the two-run x2.
+# ALA4_DENSE_STEPS > 0 adds the tetrapeptide's ML rows on its dense data (run/long_runs.sh:
+# ala4-300K-remd-dense-s4.h5, 250,000 frames 0.1 ps apart) with the recipe of
+# run/results/overfit-300K-tetrapeptide: weight decay 3 (ALA4_DENSE_WD), the weights of the best test NLL kept,
+# refined by AIS(48) (49 evaluations a sample, the table's budget of 50). 3,000 steps take about 25 min per spline
+# run on one core; without the decay the flow overfits these frames (raw reverse ESS 0.016 against 0.144 on 9.4 ns).
 #   bash run/benchmark_300K.sh [OUT] [DATA]
 #   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 DENSE_STEPS=0 DENSE_FILE=ala2-300K-remd-dense-x2.h5
+#   # ALA4_DENSE_STEPS=0 ALA4_DENSE_WD=3
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
@@ -32,26 +38,36 @@ fab_steps="${FAB_STEPS:-0}"
 fab_batch="${FAB_BATCH:-2048}"
 dense_steps="${DENSE_STEPS:-0}"
 dense_file="${DENSE_FILE:-ala2-300K-remd-dense-x2.h5}"
+ala4_dense_steps="${ALA4_DENSE_STEPS:-0}"
+ala4_dense_wd="${ALA4_DENSE_WD:-3}"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "STEPS must be a positive whole number, got '$steps'" >&2; exit 2; }
 [[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
 [[ $dense_steps =~ ^[0-9]+$ ]] || { echo "DENSE_STEPS must be a whole number, got '$dense_steps'" >&2; exit 2; }
 [[ $fab_batch =~ ^[1-9][0-9]*$ ]] || { echo "FAB_BATCH must be a positive whole number, got '$fab_batch'" >&2; exit 2; }
+[[ $ala4_dense_steps =~ ^[0-9]+$ ]] || { echo "ALA4_DENSE_STEPS must be a whole number, got '$ala4_dense_steps'" >&2; exit 2; }
+[[ $ala4_dense_wd =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ALA4_DENSE_WD must be a number >= 0, got '$ala4_dense_wd'" >&2; exit 2; }
 [[ $dense_file =~ ^[A-Za-z0-9._-]+\.h5$ ]] || { echo "DENSE_FILE must be a file name in DATA ending in .h5, got '$dense_file'" >&2; exit 2; }
 # bgp4 sweep would simulate a missing data file with plain MD: these must be the replica-exchange files
-sets=(ala2:ala2-300K-remd.h5:"$steps" ala4:ala4-300K-remd.h5:"$steps")
-[ "$dense_steps" -eq 0 ] || sets+=(ala2-dense:"$dense_file":"$dense_steps")
+# name:file:steps:eval every:AIS levels:extra train options
+every() { echo $(( $1 < 5000 ? 50 : 500 )); }
+sets=(ala2:ala2-300K-remd.h5:"$steps:$(every "$steps")":20: ala4:ala4-300K-remd.h5:"$steps:$(every "$steps")":20:)
+[ "$dense_steps" -eq 0 ] || sets+=(ala2-dense:"$dense_file:$dense_steps:$(every "$dense_steps")":20:)
+[ "$ala4_dense_steps" -eq 0 ] ||
+  sets+=(ala4-dense:ala4-300K-remd-dense-s4.h5:"$ala4_dense_steps":250:48:"--weight-decay $ala4_dense_wd --keep-best")
 for set in "${sets[@]}"; do
   file="${set#*:}"; file="${file%%:*}"
   [ -f "$data/$file" ] || { echo "no $data/$file: make it with run/long_runs.sh" >&2; exit 2; }
 done
 
 dipeptide=()
+tetrapeptide=()
 for set in "${sets[@]}"; do
-  IFS=: read -r name file n <<< "$set"
+  IFS=: read -r name file n eval levels extra <<< "$set"
+  # shellcheck disable=SC2086  # extra holds whole options
   bgp4 sweep --data "$data/$file" --models spline,spline-p4inv --seeds 3 \
-    --steps "$n" --eval-every "$(( n < 5000 ? 50 : 500 ))" --samples "$samples" --batch 512 --augment --objective ml \
-    --energy-steps 0 --refine 20 --refine-steps 0 --out "$out/$name" --quiet
-  [ "$name" = ala4 ] && continue
+    --steps "$n" --eval-every "$eval" --samples "$samples" --batch 512 --augment --objective ml \
+    --energy-steps 0 --refine "$levels" --refine-steps 0 $extra --out "$out/$name" --quiet
+  [[ $name == ala4* ]] && { tetrapeptide+=(--tetrapeptide "$out/$name"); continue; }
   dipeptide+=(--dipeptide "$out/$name")
   if [ "$fab_steps" -gt 0 ]; then
     # FAB after each likelihood run of the spline kind (sweep --init), raw and refined like the ML rows
@@ -61,4 +77,4 @@ for set in "${sets[@]}"; do
     dipeptide+=(--dipeptide "$out/$name-fab$fab_batch")
   fi
 done
-python run/scripts/benchmark_table.py "${dipeptide[@]}" --tetrapeptide "$out/ala4" --out "$out/table.md"
+python run/scripts/benchmark_table.py "${dipeptide[@]}" "${tetrapeptide[@]}" --out "$out/table.md"

@@ -77,6 +77,19 @@ def test_likelihood_sweeps_of_one_molecule_name_their_step_counts(tmp_path):
     ]
 
 
+def test_a_likelihood_row_names_its_weight_decay_and_best_weights(tmp_path):
+    """The tetrapeptide's dense rows (weight decay, best test NLL kept) read apart from a plain sweep."""
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "metrics.json").write_text(json.dumps(_summary()))
+    train = {"objective": "ml", "steps": 3000, "weight_decay": 3.0, "keep_best": True}
+    (tmp_path / "sweep.json").write_text(json.dumps({"train": train}))
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tetrapeptide", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| spline (ml, 3000 steps, weight decay 3, best test NLL) | 3 |" in done.stdout
+
+
 def test_a_fab_sweep_after_a_fab_sweep_counts_the_energy_steps_of_the_chain(tmp_path):
     """`bgp4 sweep --init` from a FAB sweep: the label gives each stage's energy steps, first stage first."""
     first = tmp_path / "first-run"

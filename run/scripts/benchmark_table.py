@@ -97,6 +97,17 @@ def _cell(stats: dict | None, kind: str) -> str:
     return text
 
 
+def _ml_recipe(train: dict) -> str:
+    """"ml, 3000 steps, weight decay 3, best test NLL": a likelihood sweep's steps, its weight decay
+    (if any) and whether it kept the weights of its best test NLL."""
+    parts = ["ml", f"{train['steps']} steps"]
+    if train.get("weight_decay"):
+        parts.append(f"weight decay {train['weight_decay']:g}")
+    if train.get("keep_best"):
+        parts.append("best test NLL")
+    return ", ".join(parts)
+
+
 def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
     """(row label, cells in COLUMNS order, seeds) for every model of a sweep report; the label is
     the model, with the sweep's objective, batch and energy steps in brackets when it is not
@@ -117,8 +128,8 @@ def bgp4_rows(summary: dict) -> list[tuple[str, list[str], int]]:
             cells.append(_cell(stats, kind))
         if "objective" not in train or f"-{objective}" in model:  # unknown, or an objectives axis names them
             label = model
-        elif objective == "ml":  # likelihood sweeps differ by their step count (and their data)
-            label = model if train.get("steps") is None else f"{model} (ml, {train['steps']} steps)"
+        elif objective == "ml":  # likelihood sweeps differ by their step count, regularization (and their data)
+            label = model if train.get("steps") is None else f"{model} ({_ml_recipe(train)})"
         else:
             label = f"{model} ({trained})"
         rows.append((label, cells, seeds))
