@@ -98,8 +98,8 @@ def _cell(stats: dict | None, kind: str) -> str:
 
 
 def _ml_recipe(train: dict) -> str:
-    """"ml, 3000 steps, weight decay 3, best test NLL": a likelihood sweep's steps, its weight decay
-    (if any) and whether it kept the weights of its best test NLL."""
+    """The label of a likelihood sweep ("ml, 3000 steps, weight decay 3, best test NLL"):
+    its steps, its weight decay (if any) and whether it kept the weights of its best test NLL."""
     parts = ["ml", f"{train['steps']} steps"]
     if train.get("weight_decay"):
         parts.append(f"weight decay {train['weight_decay']:g}")
