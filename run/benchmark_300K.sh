@@ -24,8 +24,9 @@
 # ALA4_DENSE_STEPS > 0 adds the tetrapeptide's ML rows on its dense data (run/long_runs.sh:
 # ala4-300K-remd-dense-s4.h5, 250,000 frames 0.1 ps apart) with the recipe of
 # run/results/overfit-300K-tetrapeptide: weight decay 3 (ALA4_DENSE_WD), the weights of the best test NLL kept,
-# refined by AIS(48) (49 evaluations a sample, the table's budget of 50). 3,000 steps take about 25 min per spline
-# run on one core; without the decay the flow overfits these frames (raw reverse ESS 0.016 against 0.144 on 9.4 ns).
+# refined by AIS(48) (49 evaluations a sample, the table's budget of 50). One spline seed gave 0.205 clipped raw and
+# 0.718 after AIS(48) at 3,000 steps (21 min on one core), 0.273 and 0.733 at 6,000 (41 min): the test NLL still
+# falls there. Without the decay the flow overfits these frames (0.076 raw at 2,500 steps on all 25 ns).
 #   bash run/benchmark_300K.sh [OUT] [DATA]
 #   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 DENSE_STEPS=0 DENSE_FILE=ala2-300K-remd-dense-x2.h5
 #   # ALA4_DENSE_STEPS=0 ALA4_DENSE_WD=3

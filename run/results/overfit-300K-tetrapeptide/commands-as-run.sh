@@ -34,3 +34,21 @@ bgp4 analyze wd3.0 --data $D95 --out wd3.0-report-ais --workers 1
 # the NLL on the frames after the first 94,390 (held out in time), every 5th: 17,570 frames
 python held_out_nll.py $D184 h256 h128 h64 wd1.0 wd3.0 wd10 runs/ala4-dense95-ml-2000-reach --after 94390 --every 5 --json held-out-nll.json
 python held_out_nll.py $D184 h256-s1 wd3.0-s1 --after 94390 --every 5 --json held-out-nll-s1.json
+# session 31: all 25 ns (the finished replica exchange, D25); the chain's run, 3,000 steps -> report-25ns/
+D25=data/ala4-300K-remd-dense-s4.h5
+bgp4 train --data $D25 --model spline --weight-decay 3.0 --steps 3000 --keep-best --eval-every 250 --batch 512 --augment \
+  --energy-steps 0 --workers 1 --device cpu --seed 0 --out runs/ala4-dense-ml-s0 --quiet
+bgp4 sample runs/ala4-dense-ml-s0 --n 20000 --refine 48 --refine-steps 0 --workers 2 --quiet
+bgp4 analyze runs/ala4-dense-ml-s0 --data $D25 --out report-ala4-dense --workers 1   # -> report-25ns/
+# the same with 6,000 steps -> report-25ns-6000/
+bgp4 train --data $D25 --model spline --weight-decay 3.0 --steps 6000 --keep-best --eval-every 250 --batch 512 --augment \
+  --energy-steps 0 --workers 1 --device cpu --seed 0 --out wd3-6000 --quiet
+bgp4 sample wd3-6000 --n 20000 --refine 48 --refine-steps 0 --workers 1 --quiet
+bgp4 analyze wd3-6000 --data $D25 --out wd3-6000-report --workers 1
+# the plain recipe (session 29's: 2,500 keep-best steps, no decay) on the same 25 ns
+bgp4 train --data $D25 --model spline --steps 2500 --keep-best --eval-every 250 --batch 512 --augment \
+  --energy-steps 0 --workers 1 --device cpu --seed 0 --out runs/ala4-dense-ml-plain-s0 --quiet
+bgp4 sample runs/ala4-dense-ml-plain-s0 --n 20000 --refine 48 --refine-steps 0 --workers 1 --quiet
+bgp4 analyze runs/ala4-dense-ml-s0 runs/ala4-dense-ml-plain-s0 --data $D25 --out report-ala4-dense-plain --workers 1
+# AIS with MALA moves on the 18.2 ns run: 24 levels, one MALA move beside each independence move
+bgp4 sample wd3-184 --n 20000 --refine 24 --refine-steps 1 --workers 1 --quiet --out mala24.h5
