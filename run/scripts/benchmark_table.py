@@ -6,7 +6,7 @@ the largest 1e-4 of the log weights clipped before the Kish formula, Ramachandra
 dipeptide. bgp4's rows come from `bgp4 sweep` reports (one per molecule, every model over its
 seeds, with 95 % Student-t intervals), on the metrics `bgp4 analyze` computes the table's way.
 
-    python run/scripts/benchmark_table.py --dipeptide SWEEP [--dipeptide SWEEP ...] [--tetrapeptide SWEEP] [--out F]
+    python run/scripts/benchmark_table.py --dipeptide SWEEP [--dipeptide SWEEP ...] [--tetrapeptide SWEEP ...] [--out F]
 
 SWEEP is a sweep directory or its `report/` folder; give a molecule several (for example a
 likelihood sweep and a `bgp4 sweep --init` FAB sweep after it). A likelihood row names its step

@@ -52,3 +52,5 @@ bgp4 sample runs/ala4-dense-ml-plain-s0 --n 20000 --refine 48 --refine-steps 0 -
 bgp4 analyze runs/ala4-dense-ml-s0 runs/ala4-dense-ml-plain-s0 --data $D25 --out report-ala4-dense-plain --workers 1
 # AIS with MALA moves on the 18.2 ns run: 24 levels, one MALA move beside each independence move
 bgp4 sample wd3-184 --n 20000 --refine 24 --refine-steps 1 --workers 1 --quiet --out mala24.h5
+# its ESS (mala24.json): bgp4.analysis.weights.reverse_ess and clipped_reverse_ess of mala24-refined.h5's log_w
+python -c "import tables; from bgp4.analysis.weights import reverse_ess as r, clipped_reverse_ess as c; lw = tables.open_file('mala24-refined.h5').root.log_w[:]; print(r(lw), c(lw))"
