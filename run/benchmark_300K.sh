@@ -20,7 +20,9 @@
 # replica-exchange runs, ala2-300K-remd-dense-x2.h5), which do not overfit by 10,000 steps (the study's
 # value; about 35 min of training per spline run and 50 per spline-p4inv run on one core), and with FAB_STEPS
 # FAB after their spline runs too. DENSE_FILE names the dense file in DATA: ala2-300K-remd-dense-x4.h5 (four
-# runs, 1,000,000 frames; run/long_runs.sh makes it) instead of the two-run x2.
+# runs, 1,000,000 frames; run/long_runs.sh makes it) instead of the two-run x2. DENSE_WD > 0 trains those rows
+# with the tetrapeptide's recipe below (AdamW weight decay DENSE_WD, the best test NLL's weights kept, AIS(48)) into
+# OUT/ala2-dense-wdDENSE_WD, beside the plain rows' OUT/ala2-dense.
 # ALA4_DENSE_STEPS > 0 adds the tetrapeptide's ML rows on its dense data (run/long_runs.sh:
 # ala4-300K-remd-dense-s4.h5, 250,000 frames 0.1 ps apart) with the recipe of
 # run/results/overfit-300K-tetrapeptide: weight decay 3 (ALA4_DENSE_WD), the weights of the best test NLL kept,
@@ -29,7 +31,7 @@
 # falls there. Without the decay the train-test NLL gap is 1.05 nats at 2,500 steps (0.20 with it) and the raw
 # reverse ESS 0.079 clipped.
 #   bash run/benchmark_300K.sh [OUT] [DATA]
-#   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 DENSE_STEPS=0 DENSE_FILE=ala2-300K-remd-dense-x2.h5
+#   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 DENSE_STEPS=0 DENSE_FILE=ala2-300K-remd-dense-x2.h5 DENSE_WD=0
 #   # ALA4_DENSE_STEPS=0 ALA4_DENSE_WD=3
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
@@ -40,6 +42,7 @@ fab_steps="${FAB_STEPS:-0}"
 fab_batch="${FAB_BATCH:-2048}"
 dense_steps="${DENSE_STEPS:-0}"
 dense_file="${DENSE_FILE:-ala2-300K-remd-dense-x2.h5}"
+dense_wd="${DENSE_WD:-0}"
 ala4_dense_steps="${ALA4_DENSE_STEPS:-0}"
 ala4_dense_wd="${ALA4_DENSE_WD:-3}"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "STEPS must be a positive whole number, got '$steps'" >&2; exit 2; }
@@ -48,12 +51,17 @@ ala4_dense_wd="${ALA4_DENSE_WD:-3}"
 [[ $fab_batch =~ ^[1-9][0-9]*$ ]] || { echo "FAB_BATCH must be a positive whole number, got '$fab_batch'" >&2; exit 2; }
 [[ $ala4_dense_steps =~ ^[0-9]+$ ]] || { echo "ALA4_DENSE_STEPS must be a whole number, got '$ala4_dense_steps'" >&2; exit 2; }
 [[ $ala4_dense_wd =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ALA4_DENSE_WD must be a number >= 0, got '$ala4_dense_wd'" >&2; exit 2; }
+[[ $dense_wd =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "DENSE_WD must be a number >= 0, got '$dense_wd'" >&2; exit 2; }
 [[ $dense_file =~ ^[A-Za-z0-9._-]+\.h5$ ]] || { echo "DENSE_FILE must be a file name in DATA ending in .h5, got '$dense_file'" >&2; exit 2; }
 # bgp4 sweep would simulate a missing data file with plain MD: these must be the replica-exchange files
 # name:file:steps:eval every:AIS levels:extra train options
 every() { echo $(( $1 < 5000 ? 50 : 500 )); }
 sets=(ala2:ala2-300K-remd.h5:"$steps:$(every "$steps")":20: ala4:ala4-300K-remd.h5:"$steps:$(every "$steps")":20:)
-[ "$dense_steps" -eq 0 ] || sets+=(ala2-dense:"$dense_file:$dense_steps:$(every "$dense_steps")":20:)
+if [ "$dense_steps" -gt 0 ] && [[ $dense_wd =~ ^0*(\.0*)?$ ]]; then
+  sets+=(ala2-dense:"$dense_file:$dense_steps:$(every "$dense_steps")":20:)
+elif [ "$dense_steps" -gt 0 ]; then
+  sets+=(ala2-dense-wd"$dense_wd":"$dense_file:$dense_steps:$(every "$dense_steps")":48:"--weight-decay $dense_wd --keep-best")
+fi
 [ "$ala4_dense_steps" -eq 0 ] ||
   sets+=(ala4-dense:ala4-300K-remd-dense-s4.h5:"$ala4_dense_steps":250:48:"--weight-decay $ala4_dense_wd --keep-best")
 for set in "${sets[@]}"; do
