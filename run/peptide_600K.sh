@@ -7,7 +7,7 @@
 # 2. the spline generator with relabelled methyl hydrogens, STEPS likelihood steps, sized to 2 h of
 #    training on 2 cores: 30,000 for the tetrapeptide (5.3-5.7 steps/s, about 90 min), 16,000 for
 #    the hexapeptide (about 2.5 steps/s, measured on 100 steps; about 110 min). The hexapeptide's MD
-#    is about 0.45 ns/min per replica, near 2 h for the 100 ns;
+#    runs at about 0.39 ns/min per replica with both replicas on 2 cores: about 130 min for 100 ns;
 # 3. 100,000 samples, raw and refined by AIS (K = 20 levels, independence moves alone: 21 energy
 #    evaluations per sample);
 # 4. FAB from that run (FAB_STEPS steps), 100,000 samples of it;
