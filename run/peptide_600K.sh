@@ -5,9 +5,9 @@
 # 1. 100 ns of MD (2 x 50 ns, 1,000,000 frames). Alanine tetrapeptide (98 flow dims): about
 #    0.7 ns/min per replica, 75 min on both cores;
 # 2. the spline generator with relabelled methyl hydrogens, STEPS likelihood steps, sized to 2 h of
-#    training on 2 cores: 30,000 for the tetrapeptide (5.3-5.7 steps/s, about 90 min), 16,000 for
-#    the hexapeptide (about 2.5 steps/s over the last 100 steps of a 300-step probe; about 110 min). The hexapeptide's MD
-#    runs at about 0.39 ns/min per replica with both replicas on 2 cores: about 130 min for 100 ns;
+#    training on 2 cores: 30,000 for the tetrapeptide (5.3-5.7 steps/s, about 90 min), 24,000 for
+#    the hexapeptide (3.1-3.7 steps/s on quiet cores, about 118 min). The hexapeptide's MD runs at
+#    about 0.39 ns/min per replica with both replicas on 2 cores: about 130 min for 100 ns;
 # 3. 100,000 samples, raw and refined by AIS (K = 20 levels, independence moves alone: 21 energy
 #    evaluations per sample);
 # 4. FAB from that run (FAB_STEPS steps), 100,000 samples of it;
@@ -20,7 +20,7 @@ set -euo pipefail
 molecule="${1:-alanine-tetrapeptide}"
 out="${2:-out/$molecule}"
 default_steps=30000
-if [ "$molecule" = alanine-hexapeptide ]; then default_steps=16000; fi
+if [ "$molecule" = alanine-hexapeptide ]; then default_steps=24000; fi
 steps="${STEPS:-$default_steps}"
 fab_steps="${FAB_STEPS:-1500}"
 mkdir -p "$out"
