@@ -6,7 +6,7 @@
 #    0.7 ns/min per replica, 75 min on both cores;
 # 2. the spline generator with relabelled methyl hydrogens, STEPS likelihood steps, sized to 2 h of
 #    training on 2 cores: 30,000 for the tetrapeptide (5.3-5.7 steps/s, about 90 min), 24,000 for
-#    the hexapeptide (3.1-3.7 steps/s on quiet cores, about 118 min). The hexapeptide's MD runs at
+#    the hexapeptide (3.1-3.7 steps/s on quiet cores: 110 min, measured). The hexapeptide's MD runs at
 #    about 0.39 ns/min per replica with both replicas on 2 cores: about 130 min for 100 ns;
 # 3. 100,000 samples, raw and refined by AIS (K = 20 levels, independence moves alone: 21 energy
 #    evaluations per sample);
