@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The CUDA paths, run once on a lent GPU machine, as one short script (about 5 minutes; the most
+# The CUDA paths, run once on a lent GPU machine, as one short script (6.5 min on an H200 in 2026-12; the most
 # important sections first, each with a time limit):
 #   1. MD: `bgp4 simulate` against bare OpenMM on OpenMM's CUDA platform (dipeptide, tetrapeptide),
 #      and the Reference platform on one core of the same machine for comparison;
 #   2. the energy bridge (OpenMMEnergy) on the CUDA platform against 16 Reference workers;
 #   3. training on CUDA: the same spline maximum-likelihood run with --device cuda and --device cpu,
 #      a short FAB energy phase on CUDA from it, and sampling on CUDA;
-#   4. the hexapeptide (66 atoms, 148 dims): MD on CUDA, and the 600 K study's recipe (spline,
+#   4. the hexapeptide (62 atoms, 148 dims): MD on CUDA, and the 600 K study's recipe (spline,
 #      batch 512, augmented) trained on CUDA, for its steps/s.
 # Every section prints `name: value` lines into OUT/gpu_check.log; a section that fails is logged
 # and the next one runs.
@@ -15,6 +15,12 @@
 # Environment: BGP4_PLATFORM (CUDA), BGP4_DEVICE (cuda), BGP4_SCALE (1; smaller for a dry run on CPU),
 # BGP4_WHEELS (a folder of wheels to install first into /tmp/site, for a machine with no package
 # index; the CUDA libraries that OpenMM's plugin needs are then found among the installed ones).
+# The wheels for a Python 3.12 machine whose torch brings CUDA 13 (those of 2026-12-04), fetched
+# where pip works:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform any -d .whl openmm==8.6.1 openmm-cuda-13==8.6.1 mdtraj tables numexpr ndindex zuko \
+#     pydantic pydantic_core annotated-types typing-inspection
 set -uo pipefail
 out="${1:-${OUT:-/tmp/bgp4-gpu-check}}"
 platform="${BGP4_PLATFORM:-CUDA}"
