@@ -77,11 +77,9 @@ step data6 60 python3 -m bgp4.cli simulate --molecule alanine-hexapeptide --out 
     --replicas "$(nproc)" --equilibration-ps 5 --quiet
 step train6_cuda 90 python3 -m bgp4.cli train --data "$data6" --model spline --objective ml --batch 512 --augment \
     --steps "$(n 600)" --eval-every "$(n 300)" --compile off --device "$device" --out "$work/run6-cuda" --quiet
-python3 -c "import json, sys; print('run6-cuda', json.load(open(sys.argv[1])))" "$work/run6-cuda/complete.json" 2>&1 |
-    tee -a "$log"
 step train_cpu 60 python3 -m bgp4.cli train "${common[@]}" --device cpu --out "$work/run-cpu"
 step sample_cpu 30 python3 -m bgp4.cli sample "$work/run-cpu" --n "$(n 20000)" --device cpu --quiet
-for run in run-cuda run-cpu run-fab; do
+for run in run-cuda run-cpu run-fab run6-cuda; do
     python3 -c "import json, sys; print(sys.argv[2], json.load(open(sys.argv[1])))" "$work/$run/complete.json" "$run" 2>&1 |
         tee -a "$log"
 done
