@@ -76,5 +76,18 @@ def _main(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    threads: int | None = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        help=(
+            "torch threads of this command (default: torch's, one per core). Give 1 to each of several"
+            " runs that share the cores, before the command: bgp4 --threads 1 train ..."
+        ),
+    ),
 ) -> None:
     """Boltzmann generators for peptides (alanine dipeptide and beyond) with P4Inv invertible linear layers."""
+    if threads is not None:
+        import torch  # here, not at the top: `bgp4 --help` stays fast
+
+        torch.set_num_threads(threads)
