@@ -101,16 +101,3 @@ def test_cli_start_up_is_free_of_heavy_imports():
     code = f"import sys, bgp4.cli; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
-
-
-def test_threads_sets_torchs_threads_and_refuses_zero(cli):
-    import torch
-
-    before = torch.get_num_threads()
-    try:
-        assert cli("--threads", "1", "train", "--help").returncode == 0
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
-    bad = cli("--threads", "0", "train", "--help")
-    assert bad.returncode == 2 and "--threads" in bad.stderr

@@ -946,3 +946,15 @@ def test_weight_decay_shrinks_the_weight_matrices_alone_and_only_in_the_likeliho
             TrainSettings(weight_decay=bad).validated()
     assert TrainSettings(weight_decay=50.0).validated().weight_decay == 50.0
     assert TrainSettings(weight_decay=3.0, steps=0, objective="kl").validated().weight_decay == 0.0  # no ML phase
+
+
+def test_threads_sets_torchs_threads_for_the_command_and_refuses_zero(cli):
+    before = torch.get_num_threads()
+    wanted = before + 1  # a count torch does not already have, on any machine
+    try:
+        assert cli("--threads", str(wanted), "train", "--help").returncode == 0
+        assert torch.get_num_threads() == wanted
+    finally:
+        torch.set_num_threads(before)
+    bad = cli("--threads", "0", "train", "--help")
+    assert bad.returncode == 2 and "--threads" in bad.stderr

@@ -82,7 +82,8 @@ def _main(
         min=1,
         help=(
             "torch threads of this command (default: torch's, one per core). Give 1 to each of several"
-            " runs that share the cores, before the command: bgp4 --threads 1 train ..."
+            " runs that share the cores, before the command: bgp4 --threads 1 train ... (a sweep's runs take"
+            " --threads-per-run instead)"
         ),
     ),
 ) -> None:
