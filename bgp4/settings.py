@@ -121,7 +121,7 @@ class TrainSettings:
     checkpoint_minutes: float = 5.0
     compile: str = "auto"  # torch.compile the likelihood step: auto|on|off (auto: long CPU runs)
     temperature: float | None = None  # K: of data files that record none; of runs without data (from scratch: needed)
-    init: str | None = None  # a finished run to start from (same architecture, data and split)
+    init: str | None = None  # a finished run to start from (same architecture, z-matrix and split settings)
     augment: bool = False  # relabel interchangeable hydrogens (methyl groups) of training frames at random
     # without data and init (a run from scratch): the molecule and system; "" takes the system's defaults
     molecule: str = ""  # a registered name or sequence:SEQ (bgp4.simulation.molecule)

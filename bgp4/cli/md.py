@@ -48,8 +48,8 @@ def simulate(
         default_of(_MD, "frames"),
         help=(
             "Frames to save in total, split evenly over replicas (with --replica-exchange: frames of the lowest "
-            "temperature, one per exchange attempt). A partial plain-MD run resumes with another value, longer or "
-            "shorter."
+            "temperature, one per exchange attempt). A partial run (plain MD or replica exchange) resumes with another "
+            "value, longer or shorter."
         ),
     ),
     temperature: float = typer.Option(default_of(_MD, "temperature"), help="Temperature in K."),

@@ -247,8 +247,8 @@ def train(
         "--init",
         help=(
             "Start from the model of this finished run instead of a fresh initialization (same model "
-            "kind, architecture, data, seed and test fraction; of the same molecule). Its settings are not "
-            "copied: give its --data and --model again, e.g. `--data D.h5 --model spline --steps 0 "
+            "kind, architecture, z-matrix, seed and test fraction; of the same molecule and system). Its "
+            "settings are not copied: give its --data and --model again, e.g. `--data D.h5 --model spline --steps 0 "
             "--energy-steps 3000 --objective fab` to add an energy phase to it."
         ),
     ),

@@ -15,7 +15,7 @@ scratch with the energy only (reverse KL, FAB):
   atoms placed from it follow). One whose bonded-energy barrier stays below
   `ROTATABLE_MAX_BARRIER` kJ/mol goes around: a rotatable proper torsion. For alanine dipeptide in
   amber99sb-ildn those are the three methyl rotors (0 to 12 kJ/mol), psi (18) and phi (28). The
-  others stay narrow around the structure's value: the amide torsions (84 kJ/mol where the rest of
+  others stay narrow around the structure's value: the amide torsions (about 92 kJ/mol where the rest of
   the group follows, far more where it does not), improper-style sibling torsions (turning one
   substituent alone bends its angles: over 500 kJ/mol), ring torsions (turning one stretches the
   ring). The bound is an energy, not a multiple of kT: a rotatable bond is a property of the

@@ -119,8 +119,9 @@ class RunDirectory(Stage):
             atomic_write(path, kept)
 
 
-# what a run started from another (--init) must share with it: the architecture, and the data and
-# split, so that the test frames stay unseen and the fitted coordinate transform stays valid
+# what a run started from another (--init) must share with it: the architecture and z-matrix, and the
+# split settings (seed, test fraction), so that the fitted coordinate transform stays valid; its data
+# file may differ (its frames are mapped by that transform)
 INIT_MUST_MATCH = ("model", "blocks", "hidden", "bins", "fix_constrained", "zmatrix", "seed", "test_fraction")
 # without MD data there is no split to keep: the architecture alone
 _INIT_ARCHITECTURE = INIT_MUST_MATCH[:-2]
@@ -143,7 +144,7 @@ def check_init(init: str | Path, record: dict[str, Any], data: bool = True) -> N
     if differ:
         raise InputError(
             f"init={init} (--init) was trained with another {', '.join(differ)}; "
-            "a run can only start from one with the same architecture, data and split"
+            "a run can only start from one with the same architecture, z-matrix and split settings"
         )
 
 
