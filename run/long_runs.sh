@@ -44,14 +44,14 @@ dense_run() {  # seed
 }
 dense_run 4
 dense_run 5
-[ -f "$out/ala2-300K-remd-dense-x2.h5" ] || python "$(dirname "$0")/scripts/merge_data.py" \
+[ -f "$out/ala2-300K-remd-dense-x2.h5" ] || bgp4 merge \
   "$out/ala2-300K-remd-dense-x2.h5" "$out/ala2-300K-remd-dense-s4.h5" "$out/ala2-300K-remd-dense-s5.h5"
 # Two more seeds, the same way, for 1,000,000 frames (x4; run/benchmark_300K.sh with
 # DENSE_FILE=ala2-300K-remd-dense-x4.h5): each doubling of the frames has raised the ML rows so far.
 # About 2.2 h on one core each beside one other run (30-34 s per 1,000 iterations, measured in session 20).
 dense_run 6
 dense_run 7
-[ -f "$out/ala2-300K-remd-dense-x4.h5" ] || python "$(dirname "$0")/scripts/merge_data.py" \
+[ -f "$out/ala2-300K-remd-dense-x4.h5" ] || bgp4 merge \
   "$out/ala2-300K-remd-dense-x4.h5" "$out"/ala2-300K-remd-dense-s{4,5,6,7}.h5
 
 # Issue 27: alanine tetrapeptide at 300 K without constraints (120 flow dims), replica exchange over

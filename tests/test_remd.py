@@ -106,7 +106,7 @@ def test_tiny_run_is_an_mdtraj_file_with_its_record(tiny_run, molecule):
 
 
 def test_md_cost_counts_every_walker_and_its_equilibration(tiny_run):
-    from bgp4.report.costs import md_energy_evaluations
+    from bgp4.simulation.data import md_energy_evaluations
 
     # 3 walkers x (20 iterations + 10 of equilibration, 0.2 ps) x 20 steps
     assert md_energy_evaluations(read_settings(tiny_run), 20) == 3 * (20 + 10) * 20
@@ -685,35 +685,23 @@ def test_umbrella_mbar_recovers_a_known_p_phi_positive():
 
 
 @pytest.mark.slow
-def test_merge_data_script_concatenates_frames_of_one_target(tiny_run, tmp_path):
-    """run/scripts/merge_data.py: frames in order, the first file's system, no per-frame MD cost;
-    files at different temperatures are refused."""
+def test_merge_keeps_the_frames_of_a_replica_exchange_and_plain_md_of_one_target(tiny_run, tmp_path):
+    """`bgp4 merge` of a replica exchange and plain MD: frames in order, the first file's system,
+    no per-frame MD cost; files at different temperatures are refused."""
+    from bgp4.simulation.merge import merge
+
     md = replace(TINY, replica_exchange="", frames=200, replicas=1, save_every=10, equilibration_ps=0.1)
     simulate(tmp_path / "md.h5", md, progress=False)
-    script = Path(__file__).resolve().parents[1] / "run" / "scripts" / "merge_data.py"
-    out = tmp_path / "merged.h5"
-    done = subprocess.run(
-        [sys.executable, str(script), str(out), str(tiny_run), str(tmp_path / "md.h5")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    out = merge(tmp_path / "merged.h5", [tiny_run, tmp_path / "md.h5"])
     merged, first, second = (load_trajectory(p) for p in (out, tiny_run, tmp_path / "md.h5"))
     assert merged.n_frames == first.n_frames + second.n_frames == 220
     np.testing.assert_array_equal(merged.xyz, np.concatenate([first.xyz, second.xyz]))
     assert merged.settings["frames"] == 220 and "save_every" not in merged.settings
     assert [m["frames"] for m in merged.settings["merged_from"]] == [20, 200]
     assert merged.molecule().name == first.molecule().name
-    hot = replace(md, temperature=md.temperature + 50.0)
-    simulate(tmp_path / "hot.h5", hot, progress=False)
-    refused = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "m2.h5"), str(tmp_path / "md.h5"), str(tmp_path / "hot.h5")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert refused.returncode != 0 and "different temperatures" in refused.stderr
+    simulate(tmp_path / "hot.h5", replace(md, temperature=md.temperature + 50.0), progress=False)
+    with pytest.raises(InputError, match="different temperatures"):
+        merge(tmp_path / "m2.h5", [tmp_path / "md.h5", tmp_path / "hot.h5"])
     assert not (tmp_path / "m2.h5").exists()
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bgp4.analysis.weights import clip_log_weights, clipped_reverse_ess, forward_ess, reverse_ess
 from bgp4.errors import InputError
-from bgp4.report.costs import cost_metrics, forward_frames, forward_metrics, md_energy_evaluations, md_steps_per_frame
+from bgp4.report.costs import cost_metrics, forward_frames, forward_metrics
+from bgp4.simulation.data import md_energy_evaluations, md_steps_per_frame
+from bgp4.simulation.merge import merged_settings
 
 
 def test_clipping_lowers_only_the_largest_log_weights():
@@ -77,23 +80,16 @@ def test_md_energy_evaluations_count_the_whole_simulation():
     assert md_energy_evaluations(remd, 50) == 50 * 30 * 3 + 3 * 7 * 30  # 200 steps: 7 iterations of 30
     assert md_energy_evaluations({"save_every": 10}, 1000) is None  # no time step: equilibration unknown
     assert md_energy_evaluations({**plain, "equilibration_ps": 0.0}, 1000) == 10_000
-    merged = {"merged_from": [{"md_energy_evaluations": 400}, {"md_energy_evaluations": 600}]}  # merge_data.py
+    merged = {"merged_from": [{"md_energy_evaluations": 400}, {"md_energy_evaluations": 600}]}  # bgp4 merge
     assert md_energy_evaluations(merged, 2000) == 1000  # the sources' MD, not a cost per frame
     assert md_energy_evaluations({"merged_from": [{"md_energy_evaluations": 400}, {}]}, 2000) is None
 
 
 def test_a_merged_file_counts_the_md_of_its_sources():
-    """run/scripts/merge_data.py records each input's MD; the merged file's count is their sum."""
-    import importlib.util
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "run" / "scripts" / "merge_data.py"
-    spec = importlib.util.spec_from_file_location("merge_data", script)
-    merge_data = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(merge_data)
+    """`bgp4 merge` records each input's MD; the merged file's count is their sum."""
     plain = {"temperature": 300.0, "save_every": 10, "timestep_fs": 2.0, "equilibration_ps": 100.0, "replicas": 4}
     remd = {"temperature": 300.0, "save_every": 30, "timestep_fs": 1.0, "equilibration_ps": 0.2, "temperatures": [1, 2]}
-    merged = merge_data.merged_settings([plain, remd], [Path("a.h5"), Path("b.h5")], [1000, 50])
+    merged = merged_settings([plain, remd], [Path("a.h5"), Path("b.h5")], [1000, 50])
     assert "save_every" not in merged and merged["frames"] == 1050
     assert md_energy_evaluations(merged, 1050) == md_energy_evaluations(plain, 1000) + md_energy_evaluations(remd, 50)
 

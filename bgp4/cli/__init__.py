@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Optional
 
 from bgp4.cli._app import DEFAULT_DATA, app, handles_errors
-from bgp4.cli.md import simulate
+from bgp4.cli.md import merge, simulate
 from bgp4.cli.sampling import analyze, sample
 from bgp4.cli.sweeps import pipeline, sweep
 from bgp4.cli.training import train
 
 __all__ = ["DEFAULT_DATA", "app", "handles_errors", "main"]
 
-for _command in (simulate, train, sample, analyze, pipeline, sweep):
+for _command in (simulate, merge, train, sample, analyze, pipeline, sweep):
     app.command()(_command)
 
 

@@ -1,4 +1,4 @@
-"""`bgp4 simulate`: Langevin MD of the molecule into an mdtraj HDF5 file."""
+"""`bgp4 simulate`: Langevin MD of the molecule into an mdtraj HDF5 file; `bgp4 merge`: several such files in one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from bgp4.errors import InputError
 from bgp4.simulation.md import MDSettings, completed
 from bgp4.simulation.md import simulate as run_md
 
-__all__ = ["simulate", "molecule_choice", "MOLECULE_HELP", "SEQUENCE_HELP", "PDB_HELP"]
+__all__ = ["simulate", "merge", "molecule_choice", "MOLECULE_HELP", "SEQUENCE_HELP", "PDB_HELP"]
 
 MOLECULE_HELP = (
     "Registered molecule to simulate: alanine-dipeptide, alanine-tetrapeptide, alanine-hexapeptide "
@@ -159,3 +159,25 @@ def simulate(
     path = run_md(out, settings, overwrite=overwrite, progress=not quiet)
     lowest = f" at {temperature:g} K" if replica_exchange else ""
     typer.echo(f"wrote {settings.frames} frames{lowest} to {path}")
+
+
+@handles_errors
+def merge(
+    out: Path = typer.Argument(..., help="The merged data file to write (.h5)."),
+    inputs: list[Path] = typer.Argument(
+        ...,
+        help="Two or more bgp4 data files of one molecule, system and temperature, in the order to keep.",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
+) -> None:
+    """Merge data files of one target (say replica exchanges with other seeds) into one training file.
+
+    Frames (nm) and energies (kJ/mol) are concatenated in the order given; the file records each
+    input's frames and MD energy evaluations (`merged_from`), so reports count the MD of all of them.
+    Inputs of different molecules, systems or temperatures are refused, with nothing written.
+    """
+    from bgp4.simulation.data import read_settings  # mdtraj and tables: not at `bgp4 --help`
+    from bgp4.simulation.merge import merge as merge_files
+
+    path = merge_files(out, inputs, overwrite=overwrite)
+    typer.echo(f"wrote {read_settings(path)['frames']} frames of {len(inputs)} files to {path}")

@@ -9,7 +9,8 @@ Modules:
     md: Langevin MD in replica processes, resumable at any moment.
     ladder: the temperature ladder of replica exchange (TMIN:TMAX:N): parsing, checks, exchange rates.
     remd: replica exchange (parallel tempering) with openmmtools' multistate sampler.
-    data: trajectory files (mdtraj HDF5) with the run's settings.
+    data: trajectory files (mdtraj HDF5) with the run's settings, and the MD cost they record.
+    merge: several data files of one target in one training file.
     energy: OpenMM energies and forces as numpy arrays or a differentiable torch function.
     zmatrix: an automatic z-matrix from a molecule's bond graph.
     peptide: capped peptides built from an amino-acid sequence (ideal geometry, hydrogens, minimization).
