@@ -17,7 +17,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Union
 
-__all__ = ["append_record", "atomic_write", "file_fingerprint", "read_records", "temporary_path"]
+from bgp4.errors import InputError
+
+__all__ = ["append_record", "atomic_write", "check_output_file", "file_fingerprint", "read_records", "temporary_path"]
 
 Content = Union[bytes, str, Callable[[Path], None]]
 
@@ -27,6 +29,22 @@ def temporary_path(path: str | os.PathLike) -> Path:
     numpy look at the suffix), e.g. `model.pt` -> `model.tmp.pt`."""
     path = Path(path)
     return path.with_name(f"{path.stem}.tmp{path.suffix}")
+
+
+def check_output_file(out: Path) -> None:
+    """Refuse (InputError) an output that is no writable mdtraj HDF5 file path (`.h5`); creates its
+    directory."""
+    if out.suffix != ".h5":
+        raise InputError(f"output must be an mdtraj HDF5 file ending in .h5, got {out}")
+    if out.is_dir():
+        raise InputError(f"output {out} is a directory")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create directory {parent}: {exc.strerror}") from None
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"cannot write to directory {parent}")
 
 
 def atomic_write(path: str | os.PathLike, content: Content) -> Path:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bgp4._child import python_command
+from bgp4._io import check_output_file
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation._records import FRAMES_FILE, committed, record_dtype
 from bgp4.simulation.system import SystemSpec
@@ -278,15 +279,7 @@ def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bo
 def _prepare(out: Path, s: MDSettings, overwrite: bool, left: tuple[str, ...]) -> tuple[Path, MDSettings]:
     """Check the output path and the partial directory; returns the work directory and the
     settings to run (a partial run keeps its values of the settings `left` to bgp4)."""
-    if out.suffix != ".h5":
-        raise InputError(f"output must be an mdtraj HDF5 file ending in .h5, got {out}")
-    parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create directory {parent}: {exc.strerror}") from None
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"cannot write to directory {parent}")
+    check_output_file(out)
     work = Stage(out.with_name(out.name + ".partial"))  # its settings record; the finished file is the marker
     if overwrite and work.path.exists():
         shutil.rmtree(work.path)

@@ -14,7 +14,8 @@ settings are the first input's without the keys that describe how one input's fr
 (`PER_SOURCE_KEYS`: a merged frame has no single MD cost), plus `merged_from`, which records each
 input's path, frames, method, ladder and MD energy evaluations. So `bgp4 analyze` counts the
 merged file's MD as the sum of its sources'. The per-frame `replica` array numbers every input's
-replicas apart, so that the block errors of `bgp4 analyze` stay within one time series.
+replicas apart, so that the block errors of `bgp4 analyze` stay within one time series. The other
+per-frame arrays of MD files (`time`, `kineticEnergy`, `temperature`, `walker`) are not kept.
 
 Inputs that sample different distributions make a file that is not an equilibrium sample. Plain
 MD that has not crossed a barrier weights that basin low, for example. Train on such a file, and
@@ -29,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from bgp4._io import check_output_file, temporary_path
 from bgp4.errors import InputError
-from bgp4.simulation.data import load_trajectory, md_energy_evaluations, write_trajectory
+from bgp4.simulation.data import load_trajectory, md_energy_evaluations, read_settings, write_trajectory
 from bgp4.simulation.molecule import check_same_molecule
 
 __all__ = ["PER_SOURCE_KEYS", "merged_settings", "merge"]
@@ -48,16 +50,27 @@ PER_SOURCE_KEYS = (
     "exchange_attempts",
     "steps_per_iteration",
     "seed",
+    "timestep_fs",
+    "equilibration_ps",
+    "sampler",
+    "mixing",
+    "move",
+    "velocity_refresh",
+    "openmmtools_version",
 )
+
+
+def _one_temperature(settings: list[dict[str, Any]]) -> None:
+    temperatures = sorted({float(s["temperature"]) for s in settings})
+    if len(temperatures) != 1:
+        raise InputError(f"the inputs are at different temperatures ({temperatures} K): merge one target only")
 
 
 def merged_settings(settings: list[dict[str, Any]], paths: list[Path], frames: list[int]) -> dict[str, Any]:
     """The first input's settings without `PER_SOURCE_KEYS`, with `method: merged`, the total
     `frames` and `merged_from` (one entry per input); InputError if the inputs were simulated at
     different temperatures (K)."""
-    temperatures = sorted({float(s["temperature"]) for s in settings if "temperature" in s})
-    if len(temperatures) != 1 or any("temperature" not in s for s in settings):
-        raise InputError(f"the inputs are at different temperatures ({temperatures} K): merge one target only")
+    _one_temperature(settings)
     out = {k: v for k, v in settings[0].items() if k not in PER_SOURCE_KEYS}
     out["method"] = "merged"
     out["frames"] = int(sum(frames))
@@ -80,10 +93,24 @@ def _check_paths(out: Path, inputs: list[Path], overwrite: bool) -> None:
     names = [os.path.realpath(p) for p in inputs]
     if len(set(names)) != len(names):
         raise InputError("an input file is given twice: its frames would count double")
-    if os.path.realpath(out) in names:
-        raise InputError(f"out={out} is one of the inputs: choose another name")
+    if {os.path.realpath(out), os.path.realpath(temporary_path(out))} & set(names):
+        raise InputError(f"out={out} (or its temporary file) is one of the inputs: choose another name")
     if out.exists() and not overwrite:
         raise InputError(f"out={out} exists; use --overwrite to replace it")
+
+
+def _md_settings(path: Path) -> dict[str, Any]:
+    """The settings of a `bgp4 simulate` (or merged) data file; InputError for anything else."""
+    if not path.is_file():
+        raise InputError(f"data file not found: {path}")
+    try:
+        settings = read_settings(path)
+    except Exception:  # noqa: BLE001 - any reader failure means "not an HDF5 file"
+        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file") from None
+    if settings.get("kind") != "md" or settings.get("temperature") is None:
+        kind = settings.get("kind") or "none recorded"
+        raise InputError(f"{path} is no bgp4 MD data file (kind: {kind}): merge `bgp4 simulate` outputs")
+    return settings
 
 
 def _replica_ids(data: list) -> np.ndarray:
@@ -92,6 +119,8 @@ def _replica_ids(data: list) -> np.ndarray:
     for d in data:
         own = d.extras.get("replica")
         own = np.zeros(d.n_frames, dtype=np.int64) if own is None else np.asarray(own, dtype=np.int64)
+        if own.shape != (d.n_frames,):
+            raise InputError(f"{d.source}: its replica array does not match its {d.n_frames} frames")
         ids.append(own + offset)
         offset = int(ids[-1].max()) + 1
     return np.concatenate(ids).astype(np.int16)
@@ -100,15 +129,19 @@ def _replica_ids(data: list) -> np.ndarray:
 def merge(out: str | os.PathLike, inputs: list[str | os.PathLike], overwrite: bool = False) -> Path:
     """Write the frames of `inputs` (bgp4 data files of one molecule, system and temperature) to
     `out` as one data file (see the module doc); returns its path. Raises InputError, with nothing
-    written, for fewer than two inputs, an input given twice or missing, `out` among the inputs or
-    (without `overwrite`) existing, and inputs of different molecules, systems or temperatures."""
+    written, for fewer than two inputs, an input given twice, missing or not a `bgp4 simulate`
+    output, `out` among the inputs, not a `.h5` path or (without `overwrite`) existing, and inputs of
+    different molecules, systems or temperatures."""
     out, inputs = Path(out), [Path(p) for p in inputs]
     _check_paths(out, inputs, overwrite)
+    _one_temperature([_md_settings(p) for p in inputs])  # before reading any frames
+    check_output_file(out)
     data = [load_trajectory(p, extras=("replica",)) for p in inputs]
     first = data[0].molecule()
     for other in data[1:]:
         check_same_molecule(first, other.molecule(), f"{data[0].source} and {other.source}")
+    replica = _replica_ids(data)
     settings = merged_settings([d.settings for d in data], inputs, [d.n_frames for d in data])
     chunks = ({"coordinates": d.xyz, "potentialEnergy": d.energies.astype(np.float32)} for d in data)
-    write_trajectory(out, data[0].topology, chunks, settings, extras={"replica": _replica_ids(data)})
+    write_trajectory(out, data[0].topology, chunks, settings, extras={"replica": replica})
     return out
