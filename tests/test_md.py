@@ -251,6 +251,14 @@ def test_finished_file_is_not_overwritten(tmp_path, cli):
     assert out.read_bytes() == b"precious"
 
 
+@pytest.mark.parametrize("name, message", [("bad.txt", "ending in .h5"), ("folder.h5", "is no `bgp4 simulate` output")])
+def test_an_output_that_is_no_h5_file_path_is_refused(tmp_path, cli, name, message):
+    (tmp_path / "folder.h5").mkdir()
+    result = cli("simulate", "--out", str(tmp_path / name), "--frames", "5")
+    assert result.returncode == 2 and message in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.h5"]
+
+
 def test_unwritable_path_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
