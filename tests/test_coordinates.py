@@ -92,13 +92,42 @@ def test_flow_round_trip_in_domain(transform, frames):
 
 
 def test_logdet_matches_autograd(transform, frames):
+    """log|det J| = log sqrt(det J^T J) of the embedding + the rigid block's orbit volume."""
     y, _ = transform.from_cartesian(frames[::700])
-    _, logdet = transform.to_cartesian(y)
+    x, logdet = transform.to_cartesian(y)
+    orbit = transform._orbit(x[:, transform.rigid_block])
     for i in range(len(y)):
         jac = torch.autograd.functional.jacobian(lambda v: transform.to_cartesian(v[None])[0].reshape(-1), y[i])
         assert jac.shape == (66, 60)
-        expected = 0.5 * torch.logdet(jac.T @ jac)
+        expected = 0.5 * torch.logdet(jac.T @ jac) + orbit[i]
         assert logdet[i].item() == pytest.approx(expected.item(), abs=1e-6)
+
+
+def _with_rigid_motion(transform, v: torch.Tensor) -> torch.Tensor:
+    """Positions (3 n_atoms,) of flow coordinates v[:-6], rotated by exp([v[-6:-3]]x), moved by v[-3:]."""
+    w = v[-6:-3]
+    zero = w.new_zeros(())
+    rows = ([zero, -w[2], w[1]], [w[2], zero, -w[0]], [-w[1], w[0], zero])
+    skew = torch.stack([torch.stack(row) for row in rows])
+    x = transform.to_cartesian(v[None, :-6])[0][0]
+    return (x @ torch.linalg.matrix_exp(skew).T + v[-3:]).reshape(-1)
+
+
+def test_logdet_is_that_of_the_full_map_with_rotation_and_translation(transform, frames):
+    """(flow coordinates, rotation, translation) -> positions is square: its log|det| differs from
+    the transform's by one constant, so q over positions is exact. Without the orbit term it would
+    vary with the block's shape (the check below fails then)."""
+    y, _ = transform.from_cartesian(frames[::300])
+    x, logdet = transform.to_cartesian(y)
+    full, orbit = [], transform._orbit(x[:, transform.rigid_block])
+    for i in range(len(y)):
+        v = torch.cat((y[i], y.new_zeros(6)))
+        jac = torch.autograd.functional.jacobian(lambda u: _with_rigid_motion(transform, u), v)
+        assert jac.shape == (66, 66)
+        full.append(torch.linalg.slogdet(jac)[1])
+    offset = torch.stack(full) - logdet
+    assert (offset - offset[0]).abs().max() < 1e-6
+    assert (offset + orbit - offset[0] - orbit[0]).abs().max() > 1e-3  # the orbit term is not negligible here
 
 
 def test_superposition_and_rigid_block_rmsd(transform, frames):

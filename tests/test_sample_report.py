@@ -14,10 +14,11 @@ import torch
 
 from bgp4.analysis.metrics import REWEIGHTED_KEYS
 from bgp4.errors import InputError
-from bgp4.generator.sample import SAMPLE_EXTRAS, SampleSettings, sample_run
+from bgp4.flows.coordinates import LOG_Q
+from bgp4.generator.sample import SAMPLE_EXTRAS, SampleSettings, _kept, sample_run
 from bgp4.generator.train import TrainSettings, train
 from bgp4.report.analyze import NOT_DEFINED, PREDATES_CHECK, analyze, weights_status
-from bgp4.simulation.data import load_trajectory
+from bgp4.simulation.data import load_trajectory, write_trajectory
 from bgp4.simulation.md import MDSettings, simulate
 
 TINY = dict(blocks=2, hidden=32, batch=64, steps=100, energy_steps=5, eval_every=50, workers=1)
@@ -71,6 +72,20 @@ def test_sampling_is_skipped_when_complete_and_refused_with_other_settings(train
     assert load_trajectory(run / "samples.h5").settings["device"] == here
     _, sampled = sample_run(run, SampleSettings(n=600, batch=250, workers=1, device=here), progress=False)
     assert not sampled
+
+
+def test_samples_drawn_before_the_orbit_volume_are_not_kept(molecule, tmp_path):
+    """A samples file without the log q convention (drawn before the rigid block's orbit volume was
+    part of log q) has other weights: it is refused, not kept; one with today's record is kept."""
+    out = tmp_path / "samples.h5"
+    record = {"kind": "samples", "n": 2, "log_q": LOG_Q, "summary": json.dumps({"samples": 2})}
+    older = {k: v for k, v in record.items() if k != "log_q"}
+    frames = [{"coordinates": molecule.positions[None].repeat(2, 0).astype(np.float32)}]
+    write_trajectory(out, molecule.topology, frames, older)
+    with pytest.raises(InputError, match="other settings.*log_q"):
+        _kept(out, record, overwrite=False)
+    write_trajectory(out, molecule.topology, frames, record)
+    assert _kept(out, record, overwrite=False) == {"samples": 2}
 
 
 @pytest.mark.slow

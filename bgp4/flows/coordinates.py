@@ -28,8 +28,11 @@ is left as a flow dimension (48 dims for alanine dipeptide instead of 60).
 Directions follow the generator (z -> x): `forward` / `to_cartesian` map flow coordinates to
 positions, `inverse` / `from_cartesian` map positions to flow coordinates. log|det J| of the
 n_dims -> 3 n_atoms map is sum over placed atoms of log(r^2 sin a) + sum log(std) (normalizations
-and PCA whitening); it equals log sqrt(det J^T J) of the embedding (tests check it by autograd).
-With fixed bonds it is the density w.r.t. the Cartesian volume with the fixed bonds' delta
+and PCA whitening), which is log sqrt(det J^T J) of the embedding, plus the log volume of the rigid
+block's rotation orbit (`orbit_log_volume`, zero at the reference), which varies with the block's
+shape: so log|det J| is that of the square map (flow coordinates, rotation, translation) ->
+positions up to a constant (tests check both by autograd), and exp(-u) / q are exact importance
+weights. With fixed bonds it is the density w.r.t. the Cartesian volume with the fixed bonds' delta
 functions integrated out in bond-length coordinates.
 
 Internally everything is computed in float64; outputs come back in the input's dtype.
@@ -47,7 +50,7 @@ from torch import nn
 
 from bgp4.errors import InputError
 from bgp4.flows._layout import ZMatrixLayout, molecule_layout, rigid_pca, rigid_reference
-from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, place_atom
+from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, orbit_log_volume, place_atom
 from bgp4.flows.torsions import (
     TORSION_MODES,
     TWO_PI,
@@ -61,9 +64,11 @@ from bgp4.flows.torsions import (
 if TYPE_CHECKING:
     from bgp4.simulation.molecule import Molecule
 
-__all__ = ["MixedCoordinateTransform"]
+__all__ = ["LOG_Q", "MixedCoordinateTransform"]
 
 _F64 = torch.float64
+#: What log q is a density of, as samples files record it (files of earlier versions lack the orbit volume).
+LOG_Q = "positions, rigid-block orbit volume included"
 
 
 class MixedCoordinateTransform(nn.Module):
@@ -265,6 +270,11 @@ class MixedCoordinateTransform(nn.Module):
     def _b(self, name: str) -> torch.Tensor:
         return getattr(self, name).to(_F64)
 
+    def _orbit(self, block: torch.Tensor) -> torch.Tensor:
+        """log|det J| of the rigid block's rotation orbit (B,), zero at the reference (module docstring)."""
+        ref = self._b("rigid_ref")
+        return orbit_log_volume(block, ref) - orbit_log_volume(ref, ref)
+
     def _align_block(self, block: torch.Tensor) -> torch.Tensor:
         c, rt = kabsch(block, self._b("rigid_ref"))
         return (block - c) @ rt
@@ -338,7 +348,7 @@ class MixedCoordinateTransform(nn.Module):
             new = place_atom(pos[:, t], pos[:, a], pos[:, b], bonds[:, rows], angles[:, rows], torsions[:, rows])
             pos = pos.index_copy(1, atom, new)
         logdet = (2.0 * bonds.abs().log() + angles.sin().abs().log()).sum(1) + torsion_logjac + self._log_scale()
-        return pos.to(y.dtype), logdet.to(y.dtype)
+        return pos.to(y.dtype), (logdet + self._orbit(block)).to(y.dtype)
 
     def from_cartesian(self, x: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions (B, n_atoms, 3) or (B, 3 n_atoms) nm -> flow coordinates (B, n_dims), log|det J| (B,).
@@ -351,7 +361,8 @@ class MixedCoordinateTransform(nn.Module):
         x = x.to(_F64)
         bonds, angles, torsions = self.internal_coordinates(x)
         coords, torsion_logjac = self._torsion_to_flow(torsions)
-        block = self._align_block(x[:, self._rigid_idx]).reshape(x.shape[0], -1)
+        aligned = self._align_block(x[:, self._rigid_idx])
+        block = aligned.reshape(x.shape[0], -1)
         y = torch.cat(
             (
                 (bonds[:, self._free_rows] - self._b("bond_mean")) / self._b("bond_std"),
@@ -362,7 +373,7 @@ class MixedCoordinateTransform(nn.Module):
             dim=1,
         )
         logdet = (2.0 * bonds.log() + angles.sin().log()).sum(1) - torsion_logjac + self._log_scale()
-        return y.to(dtype), (-logdet).to(dtype)
+        return y.to(dtype), (-logdet - self._orbit(aligned)).to(dtype)
 
     def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Flow contract, z -> x direction: (B, n_dims) -> positions flattened (B, 3 n_atoms) nm."""

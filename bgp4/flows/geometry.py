@@ -1,4 +1,5 @@
-"""Geometry of internal coordinates in float64 torch: bonds, angles, torsions, NeRF placement, Kabsch fits.
+"""Geometry of internal coordinates in float64 torch: bonds, angles, torsions, NeRF placement, Kabsch fits
+and the rotation-orbit volume of a superposed block.
 
 Positions are in nm, angles in radians. Shapes: (..., 3) per atom position unless stated.
 """
@@ -10,7 +11,7 @@ import torch
 
 from bgp4.errors import InputError
 
-__all__ = ["frames_view", "bond_angle", "dihedral", "place_atom", "kabsch"]
+__all__ = ["frames_view", "bond_angle", "dihedral", "place_atom", "kabsch", "orbit_log_volume"]
 
 
 def frames_view(x: torch.Tensor | np.ndarray, n_atoms: int) -> torch.Tensor:
@@ -63,3 +64,19 @@ def kabsch(p: torch.Tensor, ref: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
         flip[:, 2] = d  # avoid reflections: det(R) = +1
         rt = (u * flip.unsqueeze(1)) @ vh
     return centroid, rt
+
+
+def orbit_log_volume(block: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """log|det A| (B,) of superposed blocks (B, n, 3) against the centred reference (n, 3) they fit.
+
+    A = S^T R - tr(S^T R) I (S the centred block, R the reference) maps a small rotation w of the
+    block to the change of its superposition condition sum_i s_i x r_i = 0. The Cartesian volume
+    of a block superposed this way is the volume of its superposed coordinates times |det A| (the
+    size of its orbit under rotation, translation's being constant), so a density over superposed
+    coordinates becomes one over Cartesian positions only with this factor. |det A| depends on how
+    the block is stretched: unit masses, -det of the inertia tensor at S = R.
+    """
+    s = block - block.mean(dim=-2, keepdim=True)
+    h = s.transpose(-1, -2) @ ref
+    eye = torch.eye(3, dtype=h.dtype, device=h.device)
+    return torch.linalg.slogdet(h - h.diagonal(dim1=-2, dim2=-1).sum(-1)[..., None, None] * eye)[1]

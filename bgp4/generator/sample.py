@@ -21,6 +21,7 @@ import torch
 
 from bgp4.analysis.weights import lineage_ess, reverse_ess
 from bgp4.errors import InputError
+from bgp4.flows.coordinates import LOG_Q
 from bgp4.generator.model import load_generator
 from bgp4.generator.refine import AnnealPlan, ChainStore, GeneratorTarget, anneal_batches, plan_annealing, schedule
 from bgp4.generator.rows import by_rows
@@ -86,6 +87,7 @@ def _request(
         raise InputError(f"{run.path} holds no finished training run; run `bgp4 train` first")
     record = {"kind": kind, "run": str(run.path.resolve()), "model": train_settings["model"], **asdict(s)}
     record["device"] = _drawn_on(s.device)
+    record["log_q"] = LOG_Q
     record.update({f"refine_{k}": v for k, v in (asdict(refine) if refine else {}).items()})
     record.pop("workers")  # how the energies are computed, not what they are
     return run, record
