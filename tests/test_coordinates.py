@@ -11,6 +11,7 @@ import torch
 
 from bgp4.errors import InputError
 from bgp4.flows import MixedCoordinateTransform
+from bgp4.flows.geometry import on_kabsch_maximum, orbit_log_volume
 from bgp4.flows.torsions import TORSION_REACH, _narrow_scale, _sparsest_cut
 from bgp4.simulation.atoms import constrained_bonds
 
@@ -128,6 +129,15 @@ def test_logdet_is_that_of_the_full_map_with_rotation_and_translation(transform,
     offset = torch.stack(full) - logdet
     assert (offset - offset[0]).abs().max() < 1e-6
     assert (offset + orbit - offset[0] - orbit[0]).abs().max() > 1e-3  # the orbit term is not negligible here
+
+
+def test_kabsch_maximum_flags_a_block_that_superposition_would_turn(transform):
+    ref = transform.rigid_ref
+    assert on_kabsch_maximum(ref[None], ref).item()  # the reference is the fit's maximum
+    # inverted through its centre the block still meets sum s_i x r_i = 0, at the fit's minimum
+    assert not on_kabsch_maximum(-ref[None], ref).item()
+    inertia = torch.trace(ref.T @ ref) * torch.eye(3, dtype=ref.dtype) - ref.T @ ref  # unit masses
+    assert orbit_log_volume(ref[None], ref).item() == pytest.approx(torch.logdet(inertia).item())
 
 
 def test_superposition_and_rigid_block_rmsd(transform, frames):

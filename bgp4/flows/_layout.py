@@ -3,7 +3,7 @@
 `bgp4.flows.coordinates.MixedCoordinateTransform` builds its index buffers from a `ZMatrixLayout`
 (z-matrix, rigid block, fixed bonds, placement order: the checks of its constructor arguments), takes
 a molecule's layout from `molecule_layout`, and fits its rigid block with `rigid_reference` (nm) and
-`rigid_pca` (float64 tensors throughout).
+`rigid_pca`, both in `fit_rigid_block` (float64 tensors throughout).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from bgp4.flows.geometry import kabsch
 from bgp4.simulation.atoms import constrained_bonds, constraint_free_layout
 from bgp4.simulation.molecule import Molecule
 
-__all__ = ["ZMatrixLayout", "molecule_layout", "rigid_pca", "rigid_reference"]
+__all__ = ["ZMatrixLayout", "fit_rigid_block", "molecule_layout", "rigid_pca", "rigid_reference"]
 
 
 @dataclass(frozen=True)
@@ -136,3 +136,21 @@ def rigid_pca(flat: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, t
     if evals[k - 1] <= 1e-14:
         raise InputError("rigid block of the training frames does not move in enough directions for the PCA")
     return mean, evals, evecs[:, :k], evals[:k].sqrt()
+
+
+def fit_rigid_block(
+    block: torch.Tensor, n_rigid_dims: int, max_rmsd: float, iterations: int = 3
+) -> tuple[torch.Tensor, ...]:
+    """Fit of training blocks (B, n_rb, 3) nm: reference (their mean after superposition, iterated),
+    PCA of the superposed blocks (mean, eigenvalues, the first `n_rigid_dims` vectors, their
+    standard deviations) and the largest RMSD (nm) to the reference; InputError above `max_rmsd`."""
+    ref = rigid_reference(block, iterations)
+    c, rt = kabsch(block, ref)
+    aligned = (block - c) @ rt
+    rmsd = (aligned - ref).square().sum(-1).mean(-1).sqrt().max()
+    if rmsd > max_rmsd:
+        raise InputError(
+            f"rigid block of a training frame is {rmsd:.3f} nm RMSD from the reference "
+            f"after superposition (limit {max_rmsd} nm): frames are not of this molecule"
+        )
+    return (ref, *rigid_pca(aligned.reshape(len(aligned), -1), n_rigid_dims), rmsd)

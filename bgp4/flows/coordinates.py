@@ -49,8 +49,16 @@ import torch
 from torch import nn
 
 from bgp4.errors import InputError
-from bgp4.flows._layout import ZMatrixLayout, molecule_layout, rigid_pca, rigid_reference
-from bgp4.flows.geometry import bond_angle, dihedral, frames_view, kabsch, orbit_log_volume, place_atom
+from bgp4.flows._layout import ZMatrixLayout, fit_rigid_block, molecule_layout
+from bgp4.flows.geometry import (
+    bond_angle,
+    dihedral,
+    frames_view,
+    kabsch,
+    on_kabsch_maximum,
+    orbit_log_volume,
+    place_atom,
+)
 from bgp4.flows.torsions import (
     TORSION_MODES,
     TWO_PI,
@@ -69,6 +77,7 @@ __all__ = ["LOG_Q", "MixedCoordinateTransform"]
 _F64 = torch.float64
 #: What log q is a density of, as samples files record it (files of earlier versions lack the orbit volume).
 LOG_Q = "positions, rigid-block orbit volume included"
+_RIGID_FITTED = ("rigid_ref", "rigid_mean", "pca_eigenvalues", "pca_vectors", "pca_std", "fit_max_rmsd")
 
 
 class MixedCoordinateTransform(nn.Module):
@@ -249,22 +258,10 @@ class MixedCoordinateTransform(nn.Module):
             t._fit_rigid(x[:, t._rigid_idx], max_rmsd)
         return t
 
-    def _fit_rigid(self, block: torch.Tensor, max_rmsd: float, iterations: int = 3) -> None:
-        """Reference = mean of the superposed blocks (iterated); PCA of the superposed blocks."""
-        self.rigid_ref.copy_(rigid_reference(block, iterations))
-        aligned = self._align_block(block)
-        rmsd = (aligned - self.rigid_ref).square().sum(-1).mean(-1).sqrt()
-        self.fit_max_rmsd.copy_(rmsd.max())
-        if rmsd.max() > max_rmsd:
-            raise InputError(
-                f"rigid block of a training frame is {rmsd.max():.3f} nm RMSD from the reference "
-                f"after superposition (limit {max_rmsd} nm): frames are not of this molecule"
-            )
-        mean, evals, vectors, std = rigid_pca(aligned.reshape(len(aligned), -1), self.n_rigid_dims)
-        self.rigid_mean.copy_(mean)
-        self.pca_eigenvalues.copy_(evals)
-        self.pca_vectors.copy_(vectors)
-        self.pca_std.copy_(std)
+    def _fit_rigid(self, block: torch.Tensor, max_rmsd: float) -> None:
+        """Reference, PCA and largest RMSD of the superposed training blocks (`fit_rigid_block`)."""
+        for name, value in zip(_RIGID_FITTED, fit_rigid_block(block, self.n_rigid_dims, max_rmsd)):
+            getattr(self, name).copy_(value)
 
     # ------------------------------------------------------------------ helpers
     def _b(self, name: str) -> torch.Tensor:
@@ -386,7 +383,8 @@ class MixedCoordinateTransform(nn.Module):
 
     # ------------------------------------------------------------------ domain and round trips
     def in_domain(self, y: torch.Tensor) -> torch.Tensor:
-        """(B,) bool: bonds > 0, angles in (0, pi), non-circular torsions in (cut, cut + 2 pi), all finite.
+        """(B,) bool: bonds > 0, angles in (0, pi), non-circular torsions in (cut, cut + 2 pi), the
+        rigid block at a maximum of its superposition (`on_kabsch_maximum`), all finite.
 
         Outside the domain the Cartesian image maps back to other flow coordinates, so log
         densities computed along z -> x are not those of the sample.
@@ -398,7 +396,7 @@ class MixedCoordinateTransform(nn.Module):
             # logit: in range by construction; circular mode: narrow torsions may leave it
             narrow = ~self.torsion_circular
             ok &= ((torsions - cut)[:, narrow] > 0).all(1) & ((torsions - cut)[:, narrow] < TWO_PI).all(1)
-            return ok & torch.isfinite(y).all(1)
+            return ok & on_kabsch_maximum(block, self._b("rigid_ref")) & torch.isfinite(y).all(1)
 
     def reconstruction_error(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
         """RMSD (nm, (B,) float64) between superposed x and to_cartesian(from_cartesian(x)).

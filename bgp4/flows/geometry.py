@@ -11,7 +11,7 @@ import torch
 
 from bgp4.errors import InputError
 
-__all__ = ["frames_view", "bond_angle", "dihedral", "place_atom", "kabsch", "orbit_log_volume"]
+__all__ = ["frames_view", "bond_angle", "dihedral", "place_atom", "kabsch", "orbit_log_volume", "on_kabsch_maximum"]
 
 
 def frames_view(x: torch.Tensor | np.ndarray, n_atoms: int) -> torch.Tensor:
@@ -76,7 +76,18 @@ def orbit_log_volume(block: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     coordinates becomes one over Cartesian positions only with this factor. |det A| depends on how
     the block is stretched: unit masses, -det of the inertia tensor at S = R.
     """
+    return torch.linalg.slogdet(_orbit_matrix(block, ref))[1]
+
+
+def on_kabsch_maximum(block: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: superposed blocks (B, n, 3) whose orientation is a strict maximum of the Kabsch fit
+    to `ref` (A negative definite), not a saddle, so that superposing them again leaves them as they are."""
+    return torch.linalg.eigvalsh(_orbit_matrix(block, ref)).amax(-1) < 0
+
+
+def _orbit_matrix(block: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """A = S^T R - tr(S^T R) I (B, 3, 3) of `orbit_log_volume`; symmetric for a superposed block."""
     s = block - block.mean(dim=-2, keepdim=True)
     h = s.transpose(-1, -2) @ ref
     eye = torch.eye(3, dtype=h.dtype, device=h.device)
-    return torch.linalg.slogdet(h - h.diagonal(dim1=-2, dim2=-1).sum(-1)[..., None, None] * eye)[1]
+    return h - h.diagonal(dim1=-2, dim2=-1).sum(-1)[..., None, None] * eye

@@ -274,15 +274,19 @@ def _residue_section(metrics: dict[str, Any]) -> str:
 
 
 def _notes(models: dict[str, Any]) -> str:
-    return "".join(
-        f"- {label}: importance weights {NOT_DEFINED} ({m.get('weights_note')}), so no reverse ESS and no "
-        "reweighted figures.\n"
-        for label, m in models.items()
-        if not m.get("weights_defined")
-    ) + "".join(
-        f"- {label}: Ramachandran MD floor undefined ({m['ramachandran_floor_note']}).\n"
-        for label, m in models.items()
-        if m.get("ramachandran_floor_note")
+    return (
+        "".join(
+            f"- {label}: importance weights {NOT_DEFINED} ({m.get('weights_note')}), so no reverse ESS and no "
+            "reweighted figures.\n"
+            for label, m in models.items()
+            if not m.get("weights_defined")
+        )
+        + "".join(
+            f"- {label}: Ramachandran MD floor undefined ({m['ramachandran_floor_note']}).\n"
+            for label, m in models.items()
+            if m.get("ramachandran_floor_note")
+        )
+        + "".join(f"- {label}: {m['log_q_note']}.\n" for label, m in models.items() if m.get("log_q_note"))
     )
 
 
