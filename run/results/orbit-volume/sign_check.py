@@ -1,21 +1,46 @@
-"""Regress u(x) + log q(x) over MD frames on the orbit term o(x): with the right log q a flow that
-learned the data's density in its own coordinates gives slope 0; with log q lacking o, slope 1."""
-import sys, numpy as np, torch
+"""Regress u(x) + log q(x) over MD frames on the rigid block's orbit term o(x).
+
+    python run/results/orbit-volume/sign_check.py RUN DATA.h5
+
+A flow that learned the data's density in its own coordinates gives slope 0 with today's log q
+and slope 1 with the log q of bgp4 before 2026-12-05 (which lacked o), provided its own errors do
+not follow the block's shape. The naive standard error ignores the frames' correlation.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+from bgp4.flows.geometry import orbit_log_volume
 from bgp4.generator.model import load_generator
 from bgp4.simulation.data import load_trajectory
-from bgp4.flows.geometry import orbit_log_volume
-torch.set_num_threads(1)
-bg = load_generator(sys.argv[1] + "/model.pt").eval(); d = load_trajectory(sys.argv[2])
-x = torch.as_tensor(d.xyz[:: max(1, d.n_frames // 20000)], dtype=torch.float64)
-u = d.energies[:: max(1, d.n_frames // 20000)] / d.molecule().kT(600.0)
-with torch.no_grad():
-    lq = torch.cat([bg.log_prob(c.to(bg.dtype)) for c in x.split(2000)]).double().numpy()
-    t = bg.transform; b = t.superpose(x)[:, t.rigid_block]; ref = t.rigid_ref
-    o = (orbit_log_volume(b, ref) - orbit_log_volume(ref[None], ref)).numpy()
-ok = np.isfinite(lq)
-for name, y in (("new log q", u + lq), ("old log q (new + o)", u + lq + o)):
-    A = np.vstack([o[ok], np.ones(ok.sum())]).T
-    coef, res, *_ = np.linalg.lstsq(A, y[ok], rcond=None)
-    resid = y[ok] - A @ coef
-    se = resid.std() / (o[ok].std() * np.sqrt(ok.sum()))
-    print(f"{name}: slope of u + log q on o = {coef[0]:+.3f} +- {se:.3f} (naive SE, frames correlated); residual std {resid.std():.3f}")
+
+__all__ = ["main"]
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    bg = load_generator(sys.argv[1] + "/model.pt").eval()
+    data = load_trajectory(sys.argv[2])
+    every = max(1, data.n_frames // 20000)
+    x = torch.as_tensor(data.xyz[::every], dtype=torch.float64)
+    u = data.energies[::every] / data.molecule().kT(data.settings["temperature"])
+    t = bg.transform
+    with torch.no_grad():
+        log_q = torch.cat([bg.log_prob(c.to(bg.dtype)) for c in x.split(2000)]).double().numpy()
+        block, ref = t.superpose(x)[:, t.rigid_block], t.rigid_ref
+        o = (orbit_log_volume(block, ref) - orbit_log_volume(ref[None], ref)).numpy()
+    ok = np.isfinite(log_q)
+    design = np.vstack([o[ok], np.ones(ok.sum())]).T
+    for name, y in (("today's log q", u + log_q), ("old log q (today's + o)", u + log_q + o)):
+        coef, *_ = np.linalg.lstsq(design, y[ok], rcond=None)
+        resid = y[ok] - design @ coef
+        se = resid.std() / (o[ok].std() * np.sqrt(ok.sum()))
+        print(f"{name}: slope of u + log q on o {coef[0]:+.3f} +- {se:.3f}; residual std {resid.std():.3f}")
+
+
+if __name__ == "__main__":
+    main()
