@@ -32,8 +32,9 @@ and PCA whitening), which is log sqrt(det J^T J) of the embedding, plus the log 
 block's rotation orbit (`orbit_log_volume`, zero at the reference), which varies with the block's
 shape: so log|det J| is that of the square map (flow coordinates, rotation, translation) ->
 positions up to a constant (tests check both by autograd), and exp(-u) / q are exact importance
-weights (with all 3 n_rb - 6 block directions kept, the default). With fixed bonds it is the density w.r.t. the Cartesian volume with the fixed bonds' delta
-functions integrated out in bond-length coordinates.
+weights (with all 3 n_rb - 6 block directions kept, the default). With fixed bonds it is the
+density w.r.t. the Cartesian volume with the fixed bonds' delta functions integrated out in
+bond-length coordinates.
 
 Internally everything is computed in float64; outputs come back in the input's dtype.
 """
