@@ -53,9 +53,9 @@ NOISE_FRAMES = 20_000  # MD frames perturbed for the noise reference column
 PREDATES_CHECK = "run predates the constraint check; weights are defined only when every constrained bond is held fixed"
 #: The note of a samples file that records no `log_q` convention (`bgp4.flows.coordinates.LOG_Q`).
 OLD_LOG_Q = (
-    "samples drawn before log q included the rigid block's orbit volume (bgp4 before 2026-12-05): their "
-    "weights lack a term of std 0.03-0.05 nats (reverse ESS at most about 0.3 % low); "
-    "`bgp4 sample --overwrite` draws them again"
+    "samples drawn before log q included the rigid block's orbit volume (bgp4 before c6e1922): their "
+    "weights lack a term of std 0.03-0.05 nats (reverse ESS about 0.1-0.3 % low, reweighted dF(phi > 0) of "
+    "alanine dipeptide at 600 K 0.026 kT high); `bgp4 sample --overwrite` draws them again"
 )
 
 
