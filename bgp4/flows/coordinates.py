@@ -289,6 +289,11 @@ class MixedCoordinateTransform(nn.Module):
         c, rt = kabsch(x[:, self._rigid_idx], self._b("rigid_ref"))
         return (x - c) @ rt
 
+    def orbit_term(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Log volume of each frame's rigid-block rotation orbit (B,) float64, zero at the reference:
+        the part of log|det J| that depends on the block's shape alone (module docstring)."""
+        return self._orbit(self.superpose(x)[:, self._rigid_idx])
+
     def rigid_rmsd(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
         """RMSD (nm) of each frame's superposed rigid block to the reference, (B,) float64."""
         block = self.superpose(x)[:, self._rigid_idx]

@@ -273,21 +273,24 @@ def _residue_section(metrics: dict[str, Any]) -> str:
     )
 
 
+#: The report's notes, one kind after another: (whether a model's metrics need it, its text).
+_NOTES: tuple[tuple[Callable[[dict[str, Any]], Any], Callable[[dict[str, Any]], str]], ...] = (
+    (
+        lambda m: not m.get("weights_defined"),
+        lambda m: (
+            f"importance weights {NOT_DEFINED} ({m.get('weights_note')}), so no reverse ESS and no reweighted figures"
+        ),
+    ),
+    (
+        lambda m: m.get("ramachandran_floor_note"),
+        lambda m: f"Ramachandran MD floor undefined ({m['ramachandran_floor_note']})",
+    ),
+    (lambda m: m.get("log_q_note"), lambda m: m["log_q_note"]),
+)
+
+
 def _notes(models: dict[str, Any]) -> str:
-    return (
-        "".join(
-            f"- {label}: importance weights {NOT_DEFINED} ({m.get('weights_note')}), so no reverse ESS and no "
-            "reweighted figures.\n"
-            for label, m in models.items()
-            if not m.get("weights_defined")
-        )
-        + "".join(
-            f"- {label}: Ramachandran MD floor undefined ({m['ramachandran_floor_note']}).\n"
-            for label, m in models.items()
-            if m.get("ramachandran_floor_note")
-        )
-        + "".join(f"- {label}: {m['log_q_note']}.\n" for label, m in models.items() if m.get("log_q_note"))
-    )
+    return "".join(f"- {label}: {text(m)}.\n" for needed, text in _NOTES for label, m in models.items() if needed(m))
 
 
 def _figures(backbone: bool, residues: bool) -> str:

@@ -52,7 +52,7 @@ def main() -> None:
         fix = a.fix and molecule.system.getNumConstraints() > 0
         t = MixedCoordinateTransform.fit(torch.as_tensor(xyz, dtype=torch.float64), molecule, fix_constrained=fix)
         with torch.no_grad():
-            o = t._orbit(t.superpose(torch.as_tensor(xyz, dtype=torch.float64))[:, t.rigid_block]).numpy()
+            o = t.orbit_term(xyz).numpy()
         print(
             f"{path.name}: {molecule.name}, {len(xyz)} frames, {t.n_dims} flow dims, rigid block {t.rigid_block}; "
             f"orbit term std {o.std():.4f} nats, range [{o.min():+.3f}, {o.max():+.3f}]; "
@@ -71,7 +71,7 @@ def _samples_both_ways(run: Path) -> None:
     samples = load_trajectory(run / "samples.h5", extras=("log_w",))
     x = torch.as_tensor(samples.xyz, dtype=torch.float64)
     with torch.no_grad():
-        o = t._orbit(t.superpose(x)[:, t.rigid_block]).numpy()
+        o = t.orbit_term(x).numpy()
     log_w = samples.extras["log_w"]
     new = log_w if "log_q" in samples.settings else log_w + o  # log q drops by o: log w rises by o
     old = new - o

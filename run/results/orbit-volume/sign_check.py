@@ -14,7 +14,6 @@ import sys
 import numpy as np
 import torch
 
-from bgp4.flows.geometry import orbit_log_volume
 from bgp4.generator.model import load_generator
 from bgp4.simulation.data import load_trajectory
 
@@ -28,11 +27,9 @@ def main() -> None:
     every = max(1, data.n_frames // 20000)
     x = torch.as_tensor(data.xyz[::every], dtype=torch.float64)
     u = data.energies[::every] / data.molecule().kT(data.settings["temperature"])
-    t = bg.transform
     with torch.no_grad():
         log_q = torch.cat([bg.log_prob(c.to(bg.dtype)) for c in x.split(2000)]).double().numpy()
-        block, ref = t.superpose(x)[:, t.rigid_block], t.rigid_ref
-        o = (orbit_log_volume(block, ref) - orbit_log_volume(ref[None], ref)).numpy()
+        o = bg.transform.orbit_term(x).numpy()
     ok = np.isfinite(log_q)
     design = np.vstack([o[ok], np.ones(ok.sum())]).T
     for name, y in (("today's log q", u + log_q), ("old log q (today's + o)", u + log_q + o)):
