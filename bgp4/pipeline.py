@@ -108,7 +108,7 @@ def _refine(
     from bgp4.generator.sample import refine_note, refine_run
     from bgp4.report.analyze import format_number
 
-    summary, refined = refine_run(run, sample, refine.validated(), progress=progress)
+    summary, refined = refine_run(run, sample, refine.validated(), progress=progress, renew=True)
     say(
         f"refine {run.name}: {'done' if refined else 'complete, skipped'}; AIS with {refine.levels} levels, "
         f"reverse ESS {format_number(summary.get('reverse_ess'))}"
@@ -156,7 +156,7 @@ def run_pipeline(
             f"{format_number(summary.get('test_nll_end'))}"
         )
         sample_settings = SampleSettings(seed=seed, device=device, **p["sample"])
-        summary, sampled = sample_run(run, sample_settings, progress=progress)
+        summary, sampled = sample_run(run, sample_settings, progress=progress, renew=True)
         say(
             f"sample {model}: {'done' if sampled else 'complete, skipped'}; {summary.get('samples')} samples, "
             f"mean energy {format_number(summary.get('mean_energy_kT'))} kT, "

@@ -76,16 +76,22 @@ def test_sampling_is_skipped_when_complete_and_refused_with_other_settings(train
 
 def test_samples_drawn_before_the_orbit_volume_are_not_kept(molecule, tmp_path):
     """A samples file without the log q convention (drawn before the rigid block's orbit volume was
-    part of log q) has other weights: it is refused, not kept; one with today's record is kept."""
+    part of log q) has other weights: `bgp4 sample` refuses it; the stages that own their runs
+    (pipeline, sweep: `renew`) draw it again, but only when nothing else differs; one with today's
+    record is kept."""
     out = tmp_path / "samples.h5"
     record = {"kind": "samples", "n": 2, "log_q": LOG_Q, "summary": json.dumps({"samples": 2})}
     older = {k: v for k, v in record.items() if k != "log_q"}
     frames = [{"coordinates": molecule.positions[None].repeat(2, 0).astype(np.float32)}]
     write_trajectory(out, molecule.topology, frames, older)
     with pytest.raises(InputError, match="other settings.*log_q"):
-        _kept(out, record, overwrite=False)
+        _kept(out, record, overwrite=False, renew=False)
+    assert _kept(out, record, overwrite=False, renew=True) is None
+    with pytest.raises(InputError, match=r"other settings \(n, log_q\)"):
+        _kept(out, {**record, "n": 3}, overwrite=False, renew=True)
     write_trajectory(out, molecule.topology, frames, record)
-    assert _kept(out, record, overwrite=False) == {"samples": 2}
+    assert _kept(out, record, overwrite=False, renew=False) == {"samples": 2}
+    assert _kept(out, record, overwrite=False, renew=True) == {"samples": 2}
 
 
 @pytest.mark.slow

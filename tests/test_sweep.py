@@ -577,6 +577,29 @@ def test_rerun_skips_every_finished_run(tiny_sweep, data_file):
 
 
 @pytest.mark.slow
+def test_a_run_resumed_over_samples_of_an_earlier_version_draws_them_again(data_file, tmp_path):
+    """A run killed after drawing its samples, then resumed by a newer bgp4 whose log q has another
+    term: the sweep draws the outdated samples again (sweeps have no --overwrite to ask for it)."""
+    import tables
+
+    from bgp4.flows.coordinates import LOG_Q
+    from bgp4.simulation.data import SETTINGS_ATTR, read_settings
+
+    args = ("sweep", "--data", str(data_file), "--out", "s", "--models", "rnvp", "--seeds", "1", *TINY)
+    assert _cli(*args, cwd=tmp_path).returncode == 0
+    run = tmp_path / "s" / "runs" / "rnvp-s0"
+    (run / "sweep-done.json").unlink()
+    with tables.open_file(str(run / "samples.h5"), "a") as h5:
+        record = json.loads(h5.root._v_attrs[SETTINGS_ATTR])
+        del record["log_q"]
+        h5.root._v_attrs[SETTINGS_ATTR] = json.dumps(record)
+    again = _cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert read_settings(run / "samples.h5")["log_q"] == LOG_Q
+    assert (run / "log.txt").read_text().count("sample: sampled") == 2
+
+
+@pytest.mark.slow
 def test_killed_worker_is_retried_and_the_run_resumes(data_file, tmp_path):
     config = tmp_path / "run.toml"
     config.write_text("checkpoint-minutes = 0.0002\n")  # a checkpoint at almost every step

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -99,15 +99,24 @@ def _drawn_on(device: str) -> str:
     return str(resolve_device(device)) if device == "auto" else device
 
 
-def _kept(out: Path, record: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
+def _outdated(differ: Sequence[str]) -> bool:
+    """Whether the settings that differ say only that an earlier version of bgp4 wrote the output:
+    its log q (hence its weights) lacks a term of today's (`LOG_Q`), and nothing else differs."""
+    return bool(differ) and set(differ) <= {"log_q"}
+
+
+def _kept(out: Path, record: dict[str, Any], overwrite: bool, renew: bool) -> dict[str, Any] | None:
     """The summary of `out` when it is a finished output of `record` (the stage is complete);
-    None when there is none or it is to be overwritten. InputError when it has other settings."""
+    None when there is none, it is to be overwritten, or `renew` and it is outdated. InputError
+    when it has other settings."""
     if overwrite or not out.exists():
         return None
     stored = read_settings(out)  # the file is written in one atomic step: it is its own marker
     if "device" in stored:  # files of earlier versions recorded "auto" as asked
         stored = {**stored, "device": _drawn_on(stored["device"])}
     differ = changed(stored, record, keys=record)
+    if renew and _outdated(differ):
+        return None
     refuse_changes(f"{out} exists", differ, "pass overwrite=True (--overwrite) to replace it")
     return json.loads(stored.get("summary", "{}"))
 
@@ -167,18 +176,21 @@ def sample_run(
     overwrite: bool = False,
     progress: bool = True,
     temperature: float | None = None,
+    renew: bool = False,
 ) -> tuple[dict[str, Any], bool]:
     """Sample a finished training run into `out` (default `<run>/samples.h5`).
 
     Returns (summary, newly_sampled). An existing samples file made with the same settings is
     kept (the stage is complete); one made with other settings needs `overwrite`. The weights
     use the temperature (K) the run recorded; `temperature` is needed only for a run that
-    recorded none, and must agree with it otherwise.
+    recorded none, and must agree with it otherwise. `renew`: draw again over a file that an
+    earlier version wrote with other weights (only its `log_q` record differs), as the stages that
+    own their run directories (pipeline, sweep) do when they resume; `bgp4 sample` refuses it.
     """
     s = settings.validated()
     run, record = _request("samples", run_path, s)
     out = Path(out) if out is not None else default_samples_path(run.path)
-    kept = _kept(out, record, overwrite)
+    kept = _kept(out, record, overwrite, renew)
     if kept is not None:
         return kept, False
     src = _load(run, s.device, temperature)
@@ -234,6 +246,7 @@ def refine_run(
     out: str | Path | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    renew: bool = False,
 ) -> tuple[dict[str, Any], bool]:
     """Refine the raw samples of `sample_run` (same n, batch, seed: the same prior draws) by AIS
     (`bgp4.generator.refine.anneal_batches`).
@@ -241,24 +254,25 @@ def refine_run(
     Writes `<samples>-refined.h5` (same format; log_w the AIS weights; settings hold betas, step
     sizes, acceptance per level of the MALA/HMC and of the independence moves, and energy
     evaluations). Each batch's chains are saved after every level under
-    `<samples>-refined.state/`, so a killed run resumes losing at most one level.
-    Returns (summary, newly_refined).
+    `<samples>-refined.state/`, so a killed run resumes losing at most one level. `renew` as in
+    `sample_run`, for the refined file and a partial refinement alike. Returns (summary, newly_refined).
     """
     from tqdm.auto import tqdm
 
     s, r = settings.validated(), refine.validated()
     run, record = _request("refined-samples", run_path, s, r)
     out = refined_path(out if out is not None else default_samples_path(run.path))
-    kept = _kept(out, record, overwrite)
+    kept = _kept(out, record, overwrite, renew)
     if kept is not None:
         return kept, False
     store = ChainStore(out.with_name(out.stem + ".state"))
     differ = store.changes(record) or []
-    if differ and overwrite:
+    if differ and (overwrite or (renew and _outdated(differ))):
         store.clear()
+        differ = []
     refuse_changes(
         f"{store.path} holds a partial refinement",
-        [] if overwrite else differ,
+        differ,
         "pass overwrite=True (--overwrite) to start it again",
     )
     started = time.perf_counter()

@@ -174,13 +174,13 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
 
         torch.set_num_threads(spec.threads)
         _select_gpu(spec.gpus)
-        samples, sampled = sample_run(run, SampleSettings(**spec.sample), progress=False)
+        samples, sampled = sample_run(run, SampleSettings(**spec.sample), progress=False, renew=True)
         say(f"sample: {'sampled' if sampled else 'complete'}; mean energy {samples.get('mean_energy_kT')} kT")
         if stop():
             raise KeyboardInterrupt
         if spec.refine:
             refine = RefineSettings(**spec.refine)
-            refined, newly = refine_run(run, SampleSettings(**spec.sample), refine, progress=False)
+            refined, newly = refine_run(run, SampleSettings(**spec.sample), refine, progress=False, renew=True)
             sampled = sampled or newly
             say(f"refine: {'refined' if newly else 'complete'}; reverse ESS {refined.get('reverse_ess')}")
             if stop():
