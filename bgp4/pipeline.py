@@ -105,7 +105,8 @@ def _refine(
     """AIS refinement of a run's samples (whose raw reverse ESS is `raw_ess`), as `bgp4 sample RUN
     --refine K` does, with its hint when the refinement went wrong."""
     # lazy: the CLI imports this module at its start (PRESETS), which stays free of torch
-    from bgp4.generator.sample import refine_note, refine_run
+    from bgp4.generator.refine import refine_note
+    from bgp4.generator.sample import refine_run
     from bgp4.report.analyze import format_number
 
     summary, refined = refine_run(run, sample, refine.validated(), progress=progress, renew=True)

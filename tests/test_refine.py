@@ -533,8 +533,8 @@ def test_cli_refinement_by_independence_moves_alone(tiny_run, tmp_path):
 
 
 def test_refine_note_names_the_fix():
-    from bgp4.generator.sample import STALLED_INDEPENDENCE
-    from bgp4.generator.sample import refine_note as _refine_note
+    from bgp4.generator.refine import STALLED_INDEPENDENCE
+    from bgp4.generator.refine import refine_note as _refine_note
 
     fine = {"reverse_ess": 0.9, "final_independence_acceptance": 0.6}
     assert _refine_note(0.5, fine, steps=0) is None and _refine_note(None, fine, steps=1) is None
@@ -551,10 +551,11 @@ def test_refine_note_names_the_fix():
 def test_the_pipeline_shows_the_refinement_hint_as_sample_does(monkeypatch, tmp_path):
     from bgp4 import pipeline
     from bgp4.generator import sample
+    from bgp4.generator.refine import STALLED_INDEPENDENCE
     from bgp4.settings import RefineSettings, SampleSettings
 
-    stalled = {"reverse_ess": 0.6, "final_independence_acceptance": sample.STALLED_INDEPENDENCE / 2}
-    monkeypatch.setattr(sample, "refine_run", lambda run, s, r, progress: (stalled, True))
+    stalled = {"reverse_ess": 0.6, "final_independence_acceptance": STALLED_INDEPENDENCE / 2}
+    monkeypatch.setattr(sample, "refine_run", lambda run, s, r, progress, renew: (stalled, True))
     said = []
     refine = RefineSettings(levels=5, steps=0)
     pipeline._refine(tmp_path / "spline", SampleSettings(), refine, 0.5, progress=False, say=said.append)

@@ -83,15 +83,43 @@ def test_samples_drawn_before_the_orbit_volume_are_not_kept(molecule, tmp_path):
     record = {"kind": "samples", "n": 2, "log_q": LOG_Q, "summary": json.dumps({"samples": 2})}
     older = {k: v for k, v in record.items() if k != "log_q"}
     frames = [{"coordinates": molecule.positions[None].repeat(2, 0).astype(np.float32)}]
+    request = {k: v for k, v in record.items() if k != "summary"}
     write_trajectory(out, molecule.topology, frames, older)
     with pytest.raises(InputError, match="other settings.*log_q"):
-        _kept(out, record, overwrite=False, renew=False)
-    assert _kept(out, record, overwrite=False, renew=True) is None
+        _kept(out, request, overwrite=False, renew=False)
+    assert _kept(out, request, overwrite=False, renew=True) is None
     with pytest.raises(InputError, match=r"other settings \(n, log_q\)"):
-        _kept(out, {**record, "n": 3}, overwrite=False, renew=True)
+        _kept(out, {**request, "n": 3}, overwrite=False, renew=True)
+    # a file of a later version (another log q convention) is not an older bgp4's to replace
+    write_trajectory(out, molecule.topology, frames, {**record, "log_q": "a later convention"})
+    with pytest.raises(InputError, match="other settings.*log_q"):
+        _kept(out, request, overwrite=False, renew=True)
     write_trajectory(out, molecule.topology, frames, record)
-    assert _kept(out, record, overwrite=False, renew=False) == {"samples": 2}
-    assert _kept(out, record, overwrite=False, renew=True) == {"samples": 2}
+    assert _kept(out, request, overwrite=False, renew=False) == {"samples": 2}
+    assert _kept(out, request, overwrite=False, renew=True) == {"samples": 2}
+
+
+def test_a_partial_refinement_of_an_earlier_version_is_cleared_only_when_renewed(tmp_path):
+    """The chain store of a refinement stopped under an older log q: kept and refused by
+    `bgp4 sample`, cleared by `renew` (pipeline, sweep) when nothing else differs, and by overwrite."""
+    from bgp4.generator.refine import ChainStore
+    from bgp4.generator.sample import _resumable
+
+    record = {"kind": "refined-samples", "n": 2, "refine_levels": 4, "log_q": LOG_Q}
+    older = {k: v for k, v in record.items() if k != "log_q"}
+
+    def saved(plan_record: dict) -> ChainStore:
+        store = ChainStore(tmp_path / "samples-refined.state")
+        store.save_plan(plan_record, np.full(4, 0.5), 0)
+        return store
+
+    with pytest.raises(InputError, match="partial refinement with other settings \\(log_q\\)"):
+        _resumable(saved(older), record, overwrite=False, renew=False)
+    assert _resumable(saved(older), record, overwrite=False, renew=True).plan() is None
+    with pytest.raises(InputError, match="other settings \\(log_q, n\\)"):
+        _resumable(saved({**older, "n": 3}), record, overwrite=False, renew=True)
+    assert _resumable(saved({**older, "n": 3}), record, overwrite=True, renew=False).plan() is None
+    assert _resumable(saved(record), record, overwrite=False, renew=True).plan()["record"] == record
 
 
 @pytest.mark.slow

@@ -85,7 +85,8 @@ def sample(
     Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
     """
     # lazy: keeps the CLI's start-up free of torch and OpenMM
-    from bgp4.generator.sample import refine_note, refine_run, sample_run
+    from bgp4.generator.refine import refine_note
+    from bgp4.generator.sample import refine_run, sample_run
     from bgp4.report.analyze import format_number
 
     settings = SampleSettings(n=n, batch=batch, device=device, seed=seed, workers=workers).validated()

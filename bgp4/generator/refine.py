@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -58,18 +58,22 @@ __all__ = [
     "Evaluation",
     "FunctionTarget",
     "GeneratorTarget",
+    "STALLED_INDEPENDENCE",
     "Target",
     "anneal",
     "anneal_batches",
     "anneal_target",
     "batch_seed",
     "plan_annealing",
+    "refine_note",
     "run_levels",
     "schedule",
     "start",
     "tune_step_sizes",
 ]
 
+#: Below this acceptance of the independence moves at the last level, `refine_note` suggests MALA moves.
+STALLED_INDEPENDENCE = 0.05
 TARGET_ACCEPT = 0.65
 PILOT = 1_000
 
@@ -363,3 +367,27 @@ def anneal(
         c.ancestor,
         c.independence_acceptance,
     )
+
+
+def refine_note(raw_ess: float | None, refined: dict[str, Any], steps: int) -> str | None:
+    """A hint when refinement went wrong in a way the user can fix with the moves (None when it did
+    not): `raw_ess` the raw samples' reverse ESS, `refined` the summary of `refine_run`, `steps`
+    its MALA moves per level."""
+    # with SMC resampling the copies of one lineage count once; a margin keeps noise from triggering it
+    ess = refined.get("lineage_ess", refined.get("reverse_ess"))
+    rate = refined.get("final_independence_acceptance")
+    if raw_ess is not None and ess is not None and ess < 0.8 * raw_ess:
+        return (
+            f"refinement lowered the reverse ESS ({raw_ess:.3g} -> {ess:.3g}): a few samples carry most of the weight; "
+            + (
+                "--refine-steps 1 adds MALA moves, which keep samples from sticking at rare states"
+                if steps == 0
+                else "more levels (--refine K) spread it over more moves"
+            )
+        )
+    if steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
+        return (
+            f"the generator's own draws were accepted in only {rate:.1%} of the independence moves at the last "
+            "level, so the samples hardly moved there; --refine-steps 1 adds MALA moves"
+        )
+    return None

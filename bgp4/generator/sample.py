@@ -39,16 +39,12 @@ __all__ = [
     "SampleSettings",
     "default_samples_path",
     "latent_batches",
-    "STALLED_INDEPENDENCE",
-    "refine_note",
     "refine_run",
     "refined_path",
     "sample_run",
 ]
 
 SAMPLE_EXTRAS = ("log_q", "log_w", "finite", "in_domain")
-#: Below this acceptance of the independence moves at the last level, `refine_note` suggests MALA moves.
-STALLED_INDEPENDENCE = 0.05
 #: Refined files also hold each sample's SMC lineage (the starting sample it descends from).
 REFINED_EXTRAS = SAMPLE_EXTRAS + ("ancestor",)
 
@@ -99,10 +95,12 @@ def _drawn_on(device: str) -> str:
     return str(resolve_device(device)) if device == "auto" else device
 
 
-def _outdated(differ: Sequence[str]) -> bool:
-    """Whether the settings that differ say only that an earlier version of bgp4 wrote the output:
-    its log q (hence its weights) lacks a term of today's (`LOG_Q`), and nothing else differs."""
-    return bool(differ) and set(differ) <= {"log_q"}
+def _outdated(stored: dict[str, Any], differ: Sequence[str]) -> bool:
+    """Whether an output with the settings record `stored`, differing from a request in `differ`,
+    was written by bgp4 before its log q had today's terms (it records no `log_q`: its weights lack
+    the rigid block's orbit volume) and nothing else differs. A file of a later version, whose
+    `log_q` names another convention, is not outdated: an older bgp4 must not replace it."""
+    return set(differ) == {"log_q"} and "log_q" not in stored
 
 
 def _kept(out: Path, record: dict[str, Any], overwrite: bool, renew: bool) -> dict[str, Any] | None:
@@ -115,7 +113,7 @@ def _kept(out: Path, record: dict[str, Any], overwrite: bool, renew: bool) -> di
     if "device" in stored:  # files of earlier versions recorded "auto" as asked
         stored = {**stored, "device": _drawn_on(stored["device"])}
     differ = changed(stored, record, keys=record)
-    if renew and _outdated(differ):
+    if renew and _outdated(stored, differ):
         return None
     refuse_changes(f"{out} exists", differ, "pass overwrite=True (--overwrite) to replace it")
     return json.loads(stored.get("summary", "{}"))
@@ -265,16 +263,7 @@ def refine_run(
     kept = _kept(out, record, overwrite, renew)
     if kept is not None:
         return kept, False
-    store = ChainStore(out.with_name(out.stem + ".state"))
-    differ = store.changes(record) or []
-    if differ and (overwrite or (renew and _outdated(differ))):
-        store.clear()
-        differ = []
-    refuse_changes(
-        f"{store.path} holds a partial refinement",
-        differ,
-        "pass overwrite=True (--overwrite) to start it again",
-    )
+    store = _resumable(ChainStore(out.with_name(out.stem + ".state")), record, overwrite, renew)
     started = time.perf_counter()
     src = _load(run, s.device)
     with OpenMMEnergy(src.molecule.system, src.temperature, n_workers=s.workers or None) as energy:
@@ -296,6 +285,19 @@ def refine_run(
     summary = _write_refined(out, src, results, plan, record, s, r, started)
     store.clear()
     return summary, True
+
+
+def _resumable(store: ChainStore, record: dict[str, Any], overwrite: bool, renew: bool) -> ChainStore:
+    """`store`, cleared when its partial refinement is to be overwritten (or, with `renew`, is
+    outdated as `_outdated` says); InputError when it holds one with other settings."""
+    differ = store.changes(record) or []
+    if differ and (overwrite or (renew and _outdated(store.plan()["record"], differ))):
+        store.clear()
+        differ = []
+    refuse_changes(
+        f"{store.path} holds a partial refinement", differ, "pass overwrite=True (--overwrite) to start it again"
+    )
+    return store
 
 
 def _plan(store, record: dict[str, Any], target, s: SampleSettings, r: RefineSettings):
@@ -381,27 +383,3 @@ def _per_level(results: list, name: str, levels: int) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # levels without moves of that kind
         return np.nanmean(np.stack([getattr(c, name) for c in results]), axis=0)
-
-
-def refine_note(raw_ess: float | None, refined: dict[str, Any], steps: int) -> str | None:
-    """A hint when refinement went wrong in a way the user can fix with the moves (None when it did
-    not): `raw_ess` the raw samples' reverse ESS, `refined` the summary of `refine_run`, `steps`
-    its MALA moves per level."""
-    # with SMC resampling the copies of one lineage count once; a margin keeps noise from triggering it
-    ess = refined.get("lineage_ess", refined.get("reverse_ess"))
-    rate = refined.get("final_independence_acceptance")
-    if raw_ess is not None and ess is not None and ess < 0.8 * raw_ess:
-        return (
-            f"refinement lowered the reverse ESS ({raw_ess:.3g} -> {ess:.3g}): a few samples carry most of the weight; "
-            + (
-                "--refine-steps 1 adds MALA moves, which keep samples from sticking at rare states"
-                if steps == 0
-                else "more levels (--refine K) spread it over more moves"
-            )
-        )
-    if steps == 0 and rate is not None and rate < STALLED_INDEPENDENCE:
-        return (
-            f"the generator's own draws were accepted in only {rate:.1%} of the independence moves at the last "
-            "level, so the samples hardly moved there; --refine-steps 1 adds MALA moves"
-        )
-    return None

@@ -55,7 +55,8 @@ PREDATES_CHECK = "run predates the constraint check; weights are defined only wh
 OLD_LOG_Q = (
     "samples drawn before log q included the rigid block's orbit volume (bgp4 before c6e1922): their "
     "weights lack a term of std 0.03-0.05 nats (reverse ESS about 0.1-0.3 % low, reweighted dF(phi > 0) of "
-    "alanine dipeptide at 600 K 0.026 kT high); `bgp4 sample --overwrite` draws them again"
+    "alanine dipeptide at 600 K 0.026 kT high); `bgp4 sample --overwrite` draws them again (in a sweep: "
+    "delete the run's sweep-done.json and run the sweep again)"
 )
 
 

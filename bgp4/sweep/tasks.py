@@ -186,7 +186,8 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
             if stop():
                 raise KeyboardInterrupt
         report = run / "report" / "metrics.json"
-        analyzed = sampled or not report.exists()
+        # a report older than the samples was made from samples since drawn again (`renew`)
+        analyzed = sampled or not report.exists() or report.stat().st_mtime < _newest_samples(run)
         if analyzed:
             analyze(spec.train["data"], [run], run / "report", seed=spec.seed, workers=spec.train["workers"])
             say("analyze: metrics in report/metrics.json")
@@ -205,6 +206,14 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         spec.stage().finish(payload)  # the run's marker, written last: RunSpec.done reads it
         say(f"task finished in {wall:.1f} s")
     return {"run": spec.name, "sampled": sampled, "analyzed": analyzed, "wall_s": wall}
+
+
+def _newest_samples(run: Path) -> float:
+    """The modification time of the run's newest samples file (raw or refined); 0 when none."""
+    from bgp4.generator.sample import default_samples_path, refined_path
+
+    files = (default_samples_path(run), refined_path(default_samples_path(run)))
+    return max((f.stat().st_mtime for f in files if f.exists()), default=0.0)
 
 
 def _add_task_record(run: Path, record: dict[str, Any]) -> None:
