@@ -182,8 +182,9 @@ def sample_run(
     kept (the stage is complete); one made with other settings needs `overwrite`. The weights
     use the temperature (K) the run recorded; `temperature` is needed only for a run that
     recorded none, and must agree with it otherwise. `renew`: draw again over a file that an
-    earlier version wrote with other weights (only its `log_q` record differs), as the stages that
-    own their run directories (pipeline, sweep) do when they resume; `bgp4 sample` refuses it.
+    earlier version wrote with other weights (it records no `log_q`, and nothing else differs; see
+    `_outdated`), as the stages that own their run directories (pipeline, sweep) do when they
+    resume; `bgp4 sample` refuses it.
     """
     s = settings.validated()
     run, record = _request("samples", run_path, s)
