@@ -212,8 +212,8 @@ def _newest_samples(run: Path) -> float:
     """The modification time of the run's newest samples file (raw or refined); 0 when none."""
     from bgp4.generator.sample import default_samples_path, refined_path
 
-    files = (default_samples_path(run), refined_path(default_samples_path(run)))
-    return max((f.stat().st_mtime for f in files if f.exists()), default=0.0)
+    raw = default_samples_path(run)
+    return max((f.stat().st_mtime for f in (raw, refined_path(raw)) if f.exists()), default=0.0)
 
 
 def _add_task_record(run: Path, record: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from bgp4.flows.coordinates import MixedCoordinateTransform
 from bgp4.generator.model import load_generator
 from bgp4.simulation.data import load_trajectory
 
-__all__ = ["main"]
+__all__ = ["main", "residue_shifts"]
 
 
 def main() -> None:
@@ -59,10 +59,9 @@ def main() -> None:
             f"Kish ESS of e^-o {reverse_ess(-o):.5f}"
         )
         phi, _ = residue_dihedrals(xyz, molecule)
-        for k in range(phi.shape[1]):
-            pos = phi[:, k] > 0
-            if pos.any() and (~pos).any():
-                shift = _log_mean_exp(-o[~pos]) - _log_mean_exp(-o[pos])
+        for k, shift in enumerate(residue_shifts(o, phi)):
+            if np.isfinite(shift):
+                pos = phi[:, k] > 0
                 print(f"  residue {k + 1}: P(phi > 0) {pos.mean():.4f}; reweighted dF(phi > 0) shift {shift:+.4f} kT")
 
 
@@ -80,6 +79,17 @@ def _samples_both_ways(run: Path) -> None:
         f"(clipped {clipped_reverse_ess(old):.4f}), with it {reverse_ess(new):.4f} "
         f"(clipped {clipped_reverse_ess(new):.4f})"
     )
+
+
+def residue_shifts(o: np.ndarray, phi: np.ndarray) -> list[float]:
+    """Per residue, the shift (kT) that the factor e^-o of the orbit term `o` (n,) made in a
+    reweighted dF(phi > 0): ln<e^-o>_{phi<0} - ln<e^-o>_{phi>0} over frames with torsions `phi`
+    (n, residues) rad; nan for a residue with no frame on one side."""
+    shifts = []
+    for pos in (phi > 0).T:
+        both = pos.any() and (~pos).any()
+        shifts.append(_log_mean_exp(-o[~pos]) - _log_mean_exp(-o[pos]) if both else float("nan"))
+    return shifts
 
 
 def _log_mean_exp(values: np.ndarray) -> float:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from orbit_volume import _log_mean_exp  # noqa: E402
+from orbit_volume import residue_shifts  # noqa: E402
 
 from bgp4.analysis.residues import residue_dihedrals  # noqa: E402
 from bgp4.flows.coordinates import MixedCoordinateTransform  # noqa: E402
@@ -37,12 +37,8 @@ def main() -> None:
     print(f"{len(xyz)} frames, {blocks} consecutive blocks; dF(phi > 0) shift per residue (kT)")
     rows = []
     for idx in np.array_split(np.arange(len(xyz)), blocks):
-        pos = phi[idx] > 0
-        row = [
-            _log_mean_exp(-o[idx][~p]) - _log_mean_exp(-o[idx][p]) if p.any() and (~p).any() else np.nan for p in pos.T
-        ]
-        rows.append(row)
-        print("  block", " ".join(f"{v:+.4f}" for v in row))
+        rows.append(residue_shifts(o[idx], phi[idx]))
+        print("  block", " ".join(f"{v:+.4f}" for v in rows[-1]))
     shifts = np.array(rows)
     for k, column in enumerate(shifts.T):
         v = column[np.isfinite(column)]
