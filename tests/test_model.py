@@ -8,8 +8,10 @@ from torch import nn
 
 from bgp4.errors import InputError
 from bgp4.flows import AffineCoupling, P4InvLinear, Swap
-from bgp4.generator.model import build_generator, load_generator, n_parameters
+from bgp4.generator.model import build_generator, load_generator, n_parameters, weights_defined
 from bgp4.simulation.atoms import constrained_bonds
+from bgp4.simulation.molecule import get_molecule
+from bgp4.simulation.system import SystemSpec
 
 
 def _perturb(model: nn.Module, scale: float = 0.05, seed: int = 0) -> None:
@@ -183,6 +185,17 @@ def test_fix_constrained_generator(frames, molecule):
     for (i, j), length in lengths.items():  # all 12, HA-CA included
         assert ((x[:, i] - x[:, j]).norm(dim=-1) - length).abs().max() < 1e-9
     assert (model.log_prob(x[ok]) - log_q[ok]).abs().max() < 1e-6
+
+
+def test_weights_note_says_why_the_weights_are_defined(frames, molecule):
+    free = build_generator("rnvp", frames, blocks=1, fix_constrained=False, molecule=molecule)
+    fixed = build_generator("rnvp", frames, blocks=1, fix_constrained=True, molecule=molecule)
+    held = weights_defined(fixed, molecule)
+    assert held == dict(weights_defined=True, weights_note="every constrained bond is held fixed")
+    assert weights_defined(free, molecule)["weights_defined"] is False
+    unconstrained = get_molecule(spec=SystemSpec(constraints="none"))
+    none = weights_defined(free, unconstrained)
+    assert none == dict(weights_defined=True, weights_note="the system has no constraints")
 
 
 def test_bad_kind(molecule):

@@ -382,9 +382,11 @@ def weights_defined(bg, molecule) -> dict[str, Any]:
     """{"weights_defined": bool, "weights_note": str}: importance weights p/q exist only when no
     constrained bond of `molecule`'s system is a flow dimension of `bg` (otherwise the target is
     improper along it)."""
-    left = bg.transform.free_constrained_pairs(constrained_bonds(molecule))
+    bonds = constrained_bonds(molecule)
+    left = bg.transform.free_constrained_pairs(bonds)
     if not left:
-        return {"weights_defined": True, "weights_note": "every constrained bond is held fixed"}
+        note = "every constrained bond is held fixed" if len(bonds) else "the system has no constraints"
+        return {"weights_defined": True, "weights_note": note}
     pairs = ", ".join(f"{a}-{b}" for a, b in left)
     return {
         "weights_defined": False,
