@@ -46,6 +46,14 @@ def tetra_frames(tetrapeptide, langevin):
     return langevin(tetrapeptide, seed=4321, n=200, every=5, equilibrate=500, minimize=False)[0]
 
 
+@pytest.fixture(scope="module")
+def peptide_frames(tetrapeptide, tetra_frames, langevin):
+    """Each built-in peptide and 200 frames of its 600 K Langevin MD, (200, n_atoms, 3) float64 nm."""
+    hexapeptide = get_molecule("alanine-hexapeptide")
+    hexa = langevin(hexapeptide, seed=8765, n=200, every=5, equilibrate=500, minimize=False)[0]
+    return {"alanine-tetrapeptide": (tetrapeptide, tetra_frames), "alanine-hexapeptide": (hexapeptide, hexa)}
+
+
 def test_nerf_places_bond_angle_and_torsion():
     a, b, c = np.array([0.0, 1.0, 0.0]), np.zeros(3), np.array([1.0, 0.0, 0.0])
     d = place_atom(a, b, c, 0.15, np.radians(110.0), np.radians(60.0))
@@ -158,11 +166,30 @@ def test_without_fixed_bonds_every_constrained_bond_is_a_flow_dimension(tetrapep
     assert MixedCoordinateTransform.shell(tetrapeptide, fix_constrained=False).n_dims == 3 * 42 - 6
 
 
-def test_round_trip_on_md_frames(tetrapeptide, tetra_frames):
-    x = torch.as_tensor(tetra_frames)
-    transform = MixedCoordinateTransform.fit(x, tetrapeptide, fix_constrained=True, torsions="circular")
+@pytest.mark.parametrize("name", PEPTIDES)
+@pytest.mark.parametrize("torsions", ["circular", "logit"])
+def test_round_trip_on_md_frames(peptide_frames, name, torsions):
+    peptide, frames = peptide_frames[name]
+    x = torch.as_tensor(frames)
+    transform = MixedCoordinateTransform.fit(x, peptide, fix_constrained=True, torsions=torsions)
     back, _ = transform.to_cartesian(transform.from_cartesian(x)[0])
     assert float((back - transform.superpose(x)).norm(dim=-1).max()) < 1e-5
+
+
+@pytest.mark.parametrize("name", PEPTIDES)
+def test_flow_backbone_torsions_are_mdtrajs(peptide_frames, name):
+    """The flow's coordinates of every residue's phi and psi, decoded, are mdtraj's dihedrals of the frames."""
+    peptide, frames = peptide_frames[name]
+    transform = MixedCoordinateTransform.fit(torch.as_tensor(frames), peptide, torsions="circular")
+    torsions = transform._unnormalize(transform.from_cartesian(frames)[0])[2].numpy()
+    rows = backbone_torsion_rows(peptide.topology, peptide.z_matrix)
+    trajectory = mdtraj.Trajectory(frames, peptide.topology)
+    for kind, compute in (("phi", mdtraj.compute_phi), ("psi", mdtraj.compute_psi)):
+        reference = compute(trajectory)[1]
+        assert reference.shape[1] == len(rows[kind]) == peptide.topology.n_residues - 2
+        ours = torsions[:, rows[kind]]
+        assert np.abs(np.angle(np.exp(1j * (ours - reference)))).max() < 1e-4  # float32 frames in mdtraj
+        assert np.ptp(reference, axis=0).min() > 0.3  # 600 K MD moved every one of them
 
 
 @pytest.mark.slow

@@ -84,19 +84,29 @@ def _with_ion(path, tmp_path):
     return tmp_path / "ion.pdb"
 
 
-def test_structures_one_zmatrix_cannot_cover_are_refused(tmp_path):
+def _two_pieces(tmp_path):
+    """Two copies of alanine dipeptide 1.5 nm apart, in one file: two fragments."""
     dipeptide = mdtraj.load(DIPEPTIDE_PDB)
     shifted = dipeptide.slice(0)
     shifted.xyz += 1.5
     dipeptide.stack(shifted).save_pdb(str(tmp_path / "two.pdb"))
-    with pytest.raises(InputError, match="in 2 pieces"):
-        pdb_molecule(tmp_path / "two.pdb")
-    with pytest.raises(InputError, match="does not cover the residue"):
-        pdb_molecule(_with_ion(DIPEPTIDE_PDB, tmp_path))
+    return tmp_path / "two.pdb"
+
+
+def _unknown_residue(tmp_path):
+    """Alanine dipeptide with its ALA renamed XYZ: a residue no force field covers."""
     renamed = tmp_path / "xyz.pdb"
     renamed.write_text(open(DIPEPTIDE_PDB).read().replace("ALA", "XYZ"))
+    return renamed
+
+
+def test_structures_one_zmatrix_cannot_cover_are_refused(tmp_path):
+    with pytest.raises(InputError, match="in 2 pieces"):
+        pdb_molecule(_two_pieces(tmp_path))
+    with pytest.raises(InputError, match="does not cover the residue"):
+        pdb_molecule(_with_ion(DIPEPTIDE_PDB, tmp_path))
     with pytest.raises(InputError, match="XYZ"):
-        pdb_molecule(renamed)
+        pdb_molecule(_unknown_residue(tmp_path))
     with pytest.raises(InputError, match="no structure file"):
         pdb_molecule(tmp_path / "missing.pdb")
 
@@ -136,6 +146,8 @@ def test_simulate_refuses_bad_structures_and_leaves_nothing(cli, tmp_path):
     out = tmp_path / "out" / "x.h5"
     for args in (
         ("--pdb", str(_with_ion(DIPEPTIDE_PDB, tmp_path))),
+        ("--pdb", str(_two_pieces(tmp_path))),
+        ("--pdb", str(_unknown_residue(tmp_path))),
         ("--pdb", DIPEPTIDE_PDB, "--molecule", "alanine-dipeptide"),
         ("--constraints", "none", "--timestep-fs", 2),
         ("--forcefield", "charmm"),

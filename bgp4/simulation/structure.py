@@ -90,7 +90,8 @@ def _check_connected(topology: app.Topology, label: str) -> None:
         atom = next(a for a in topology.atoms() if a.index == min(pieces[0]))
         raise InputError(
             f"{label} is in {len(pieces)} pieces (the smallest holds {len(pieces[0])} atom(s), from "
-            f"{atom.residue.name} {atom.residue.id}): one z-matrix covers one bonded molecule, without ions or water"
+            f"{atom.residue.name} {atom.residue.id}): one z-matrix covers one bonded molecule, without ions or water "
+            "(OpenMM bonds a chain's residues in file order: residues out of order need CONECT records)"
         )
 
 
