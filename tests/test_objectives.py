@@ -264,45 +264,62 @@ def test_buffer_draws_in_proportion_to_weights_and_keeps_the_newest():
 
 
 def test_buffer_weight_adjustment_equals_a_recomputation_from_scratch():
-    """After FAB updates, each stored sample's weight towards p^2/q of the current flow equals its
-    AIS weight times q_insert(x) / q_now(x), with q_insert recomputed from the flow's parameters
-    at the time the sample was added."""
+    """After FAB updates, each stored sample's log weight is its AIS log weight plus
+    log q_insert(x) - log q_last(x), and its log q_old is log q_last(x): q_insert is the flow when
+    the sample was added and q_last the flow when it was last drawn (q_insert if never), both
+    recomputed from snapshots of the flow's parameters. A buffer that never adjusted would keep
+    the AIS weights and fail on every drawn row."""
     import copy
 
     bg, p = _generator(2, shift=[-1.5, 0.0]), Mixture([[-2.0, 0.0], [2.0, 0.0]], 0.5)
     objective = FabObjective(
         bg, _fab_settings(batch=64, fab_buffer=256, fab_reuse=2), lambda y, ld: likelihood_loss(bg, y, ld), 0
     )
-    inserted = []  # (rows, AIS log w, snapshot of the flow) of each AIS batch
-    add = objective.buffer.add
+    buffer, snapshots = objective.buffer, []  # the flow's state_dict at each add and each adjust
+    ais_log_w = torch.full((buffer.capacity,), torch.nan, dtype=torch.float64)
+    inserted, last = torch.zeros(buffer.capacity, dtype=torch.long), torch.zeros(buffer.capacity, dtype=torch.long)
+    add, adjust = buffer.add, buffer.adjust
 
     def recording_add(y, logdet, log_w, log_q):
-        before = objective.buffer.added
+        before = buffer.added
         add(y, logdet, log_w, log_q)
-        rows = torch.arange(before, objective.buffer.added) % objective.buffer.capacity
-        inserted.append((rows, objective.buffer.log_w[rows].clone(), copy.deepcopy(bg.state_dict())))
+        rows = torch.arange(before, buffer.added) % buffer.capacity
+        snapshots.append(copy.deepcopy(bg.state_dict()))
+        ais_log_w[rows] = buffer.log_w[rows]
+        inserted[rows] = last[rows] = len(snapshots) - 1
 
-    objective.buffer.add = recording_add
+    def recording_adjust(idx, log_q):
+        adjust(idx, log_q)
+        snapshots.append(copy.deepcopy(bg.state_dict()))  # the parameters that gave log_q
+        last[idx] = len(snapshots) - 1
+
+    buffer.add, buffer.adjust = recording_add, recording_adjust
     optimizer = torch.optim.Adam(bg.parameters(), lr=1e-2)
     for _ in range(12):
         optimizer.zero_grad()
         loss, _, _ = objective.loss(p)
         loss.backward()
         optimizer.step()
-    buffer = objective.buffer
     assert buffer.size == 256 and buffer.added == 6 * 64  # the ring wrapped
     y, logdet = buffer.y[: buffer.size], buffer.logdet[: buffer.size]
+    then = copy.deepcopy(bg)
     with torch.no_grad():
-        log_q_now = -likelihood_loss(bg, y, logdet).double()
-        stored = buffer.current_log_w(log_q_now)
-        scratch = torch.empty_like(stored)
-        then = copy.deepcopy(bg)
-        for rows, log_w, state in inserted:
+        log_q = []  # (n_snapshots, size): each snapshot's log density of every stored sample
+        for state in snapshots:
             then.load_state_dict(state)
-            scratch[rows] = log_w + (-likelihood_loss(then, y[rows], logdet[rows]).double()) - log_q_now[rows]
-    torch.testing.assert_close(stored, scratch, rtol=0, atol=1e-4)
-    first_rows, first_log_w, _ = inserted[0]
-    assert (buffer.log_w[first_rows] - first_log_w).abs().max() > 1e-3  # their weights were adjusted
+            log_q.append(-likelihood_loss(then, y, logdet).double())
+        log_q, rows = torch.stack(log_q), torch.arange(buffer.size)
+        log_q_insert, log_q_last = log_q[inserted, rows], log_q[last, rows]
+        torch.testing.assert_close(buffer.log_q_old[: buffer.size], log_q_last, rtol=0, atol=1e-4)
+        expected = ais_log_w + log_q_insert - log_q_last
+        torch.testing.assert_close(buffer.log_w[: buffer.size], expected, rtol=0, atol=1e-4)
+        drawn = last != inserted
+        assert drawn.sum() > 64  # most rows were drawn since they were added: the check is not vacuous
+        assert (buffer.log_w[drawn] - ais_log_w[drawn]).abs().max() > 1e-2  # and their weights moved
+        # the weight towards p^2/q of the current flow is the same whichever way it is kept
+        torch.testing.assert_close(
+            buffer.current_log_w(log_q[-1]), ais_log_w + log_q_insert - log_q[-1], rtol=0, atol=1e-4
+        )
 
 
 def test_fab_loss_reweights_by_the_density_change_and_clips():
