@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bgp4.errors import InputError
+from bgp4.errors import InputError, refuse_non_finite
 from bgp4.kinds import DEFAULT_OBJECTIVE, KINDS, OBJECTIVE_KINDS, get_kind, get_objective, kind_names
 from bgp4.stage import changed, with_fingerprint
 
@@ -139,6 +139,7 @@ class TrainSettings:
         """A copy with paths made absolute and every auto value resolved; raises InputError for
         impossible values."""
         kind = get_kind(self.model, what="model")
+        refuse_non_finite(self, _named)
         for name in ("steps", "energy_steps", "workers", "seed"):
             if getattr(self, name) < 0:
                 raise InputError(f"{_named(name)} must be >= 0, got {getattr(self, name)}")

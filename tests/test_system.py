@@ -151,6 +151,8 @@ def test_simulate_refuses_bad_structures_and_leaves_nothing(cli, tmp_path):
         ("--pdb", DIPEPTIDE_PDB, "--molecule", "alanine-dipeptide"),
         ("--constraints", "none", "--timestep-fs", 2),
         ("--forcefield", "charmm"),
+        ("--temperature", "inf"),  # passes "> 0": only a finiteness check stops it
+        ("--friction", "nan"),
     ):
         result = cli("simulate", *args, "--frames", 10, "--replicas", 1, "--out", out)
         assert result.returncode == 2, (args, result.stderr)

@@ -767,17 +767,8 @@ def test_kl_from_scratch_uses_the_data_for_its_transform_only(md_file, tmp_path)
     assert "fitted_to" not in config  # the transform came from the frames, not from a structure fit
 
 
-@pytest.mark.slow
-def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
-    import shutil
-
-    base = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
-    train(base, tmp_path / "ml", progress=False)
-    other = tmp_path / "other-molecule"  # the same run, as if trained on another molecule
-    shutil.copytree(tmp_path / "ml", other)
-    payload = torch.load(other / "model.pt", weights_only=True)
-    payload["config"]["molecule"] = "alanine-tetrapeptide"
-    torch.save(payload, other / "model.pt")
+def test_bad_objective_settings_are_refused_cleanly(md_file, tmp_path, cli):
+    """Settings refused before anything runs: one line, exit code 2, nothing written."""
     tiny = ("--model", "rnvp", "--blocks", "1", "--hidden", "32", "--batch", "64", "--workers", "1")
     cases = [
         (["--data", str(md_file), "--objective", "fab2"], "objective (--objective) must be one of ml, mixed, kl, fab"),
@@ -792,18 +783,43 @@ def test_bad_objective_inputs_are_refused_cleanly(md_file, tmp_path, cli):
         (["--data", "none", "--objective", "ml"], "objective ml (--objective) trains on MD data"),
         (["--data", "none", "--objective", "mixed", "--steps", "0"], "objective mixed (--objective) trains on MD"),
         (["--data", "none", "--objective", "kl", "--steps", "0"], "needs the molecule (--molecule NAME or --pdb"),
+        (["--data", str(md_file), "--objective", "fab", "--no-fix-constrained"], "p/q is unbounded"),
+        (["--data", str(md_file), "--objective", "kl", "--energy-lr", "inf"], "energy_lr (--energy-lr) must be a fin"),
+        (["--data", str(md_file), "--energy-weight", "inf"], "energy_weight (--energy-weight) must be a finite"),
+        (["--data", str(md_file), "--objective", "fab", "--fab-power", "nan"], "fab_power (--fab-power) must be a"),
+        (["--data", str(md_file), "--lr", "inf"], "lr (--lr) must be a finite number"),
+    ]
+    _refused_with_nothing_written(cli, tmp_path, cases)
+
+
+def _refused_with_nothing_written(cli, tmp_path, cases) -> None:
+    for args, message in cases:
+        line = _one_line_error(cli("train", "--out", str(tmp_path / "bad"), *args, "--quiet"))
+        assert message in line, line
+        assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+def test_bad_inits_are_refused_cleanly(md_file, tmp_path, cli):
+    import shutil
+
+    base = TrainSettings(data=str(md_file), model="rnvp", **{**TINY, "steps": 5, "energy_steps": 0, "blocks": 1})
+    train(base, tmp_path / "ml", progress=False)
+    other = tmp_path / "other-molecule"  # the same run, as if trained on another molecule
+    shutil.copytree(tmp_path / "ml", other)
+    payload = torch.load(other / "model.pt", weights_only=True)
+    payload["config"]["molecule"] = "alanine-tetrapeptide"
+    torch.save(payload, other / "model.pt")
+    tiny = ("--model", "rnvp", "--blocks", "1", "--hidden", "32", "--batch", "64", "--workers", "1")
+    cases = [
         (["--data", "none", "--objective", "fab", "--init", str(tmp_path / "ml")], "--steps 0"),
         (["--data", str(md_file), *tiny, "--init", str(other), "--steps", "0"], "are of different molecules"),
-        (["--data", str(md_file), "--objective", "fab", "--no-fix-constrained"], "p/q is unbounded"),
         (
             ["--data", "none", *tiny, "--objective", "kl", "--steps", "0", "--init", str(tmp_path / "ml"), "--augment"],
             "augment=True (--augment): no MD data",
         ),
     ]
-    for args, message in cases:
-        line = _one_line_error(cli("train", "--out", str(tmp_path / "bad"), *args, "--quiet"))
-        assert message in line, line
-        assert not (tmp_path / "bad").exists()
+    _refused_with_nothing_written(cli, tmp_path, cases)
 
 
 # ------------------------------------------------------------------ from scratch: the molecule alone

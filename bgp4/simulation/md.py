@@ -29,7 +29,7 @@ import numpy as np
 
 from bgp4._child import python_command
 from bgp4._io import check_output_file
-from bgp4.errors import Bgp4Error, InputError
+from bgp4.errors import Bgp4Error, InputError, refuse_non_finite
 from bgp4.simulation._records import FRAMES_FILE, committed, record_dtype
 from bgp4.simulation.system import SystemSpec
 from bgp4.stage import Stage, changed, refuse_changes
@@ -76,6 +76,7 @@ class MDSettings:
 
     def resolved(self) -> MDSettings:
         """Validated copy with `replicas` and `platform` made concrete; raises InputError."""
+        refuse_non_finite(self)
         if self.frames < 1:
             raise InputError(f"frames (--frames) must be at least 1, got {self.frames}")
         if not self.temperature > 0:
