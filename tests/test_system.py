@@ -50,6 +50,32 @@ def test_solvent_and_constraints_change_the_system():
     assert molecule_of(free.record()).system.getNumConstraints() == 0
 
 
+def test_amber96_is_the_published_tables_dipeptide(md_frames):
+    """--forcefield amber96 --constraints none is openmmtools' AlanineDipeptideImplicit(constraints=None)
+    (ff96 with OBC1 from a prmtop file, the FAB, TA-BG and CMT dipeptide target), frame by frame."""
+    from openmmtools.testsystems import AlanineDipeptideImplicit
+
+    ours = get_molecule(None, SystemSpec("amber96", constraints="none"))
+    theirs = AlanineDipeptideImplicit(constraints=None)
+    assert [a.name for a in theirs.topology.atoms()] == [a.name for a in ours.topology.atoms]
+    frames = md_frames[0][::300]
+
+    def energies(system) -> np.ndarray:
+        platform = openmm.Platform.getPlatformByName("Reference")
+        context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform)
+        out = []
+        for x in frames:
+            context.setPositions(x)
+            out.append(
+                context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+            )
+        return np.asarray(out)
+
+    np.testing.assert_allclose(energies(ours.system), energies(theirs.system), rtol=0, atol=1e-2)
+    # the default system is another Hamiltonian, not a shift of this one
+    assert np.ptp(energies(get_molecule(None, SystemSpec(constraints="none")).system) - energies(ours.system)) > 5.0
+
+
 @pytest.mark.parametrize("name, n_atoms", [("alanine-dipeptide", 22), ("alanine-tetrapeptide", 42)])
 def test_flow_dims_are_3n_minus_6_less_the_fixed_constraints(name, n_atoms):
     held = get_molecule(name)

@@ -10,6 +10,7 @@ from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
 from bgp4.errors import InputError
 from bgp4.simulation.md import MDSettings, completed
 from bgp4.simulation.md import simulate as run_md
+from bgp4.simulation.system import FORCE_FIELDS
 
 __all__ = ["simulate", "merge", "molecule_choice", "MOLECULE_HELP", "SEQUENCE_HELP", "PDB_HELP"]
 
@@ -21,6 +22,10 @@ SEQUENCE_HELP = (
     "Simulate the capped peptide Ace-SEQ-Nme built from one-letter amino-acid codes (AAA: "
     "Ace-Ala3-Nme), or codes separated by - (Ala-Ala-Ala); the data file records it as the molecule "
     "sequence:SEQ in one-letter codes. Not with --molecule."
+)
+FORCEFIELD_HELP = (
+    f"Force field (OpenMM's files): {', '.join(FORCE_FIELDS)}; amber96 with obc is ff96 with OBC1, "
+    "openmmtools' AlanineDipeptideImplicit, the published 300 K table's dipeptide."
 )
 PDB_HELP = (
     "Simulate the molecule of this PDB (or PDBx/mmCIF) file: any atom order and hydrogen naming "
@@ -92,9 +97,7 @@ def simulate(
         "--pdb",
         help=PDB_HELP,
     ),
-    forcefield: str = typer.Option(
-        default_of(_MD, "forcefield"), "--forcefield", help="Force field: amber99sb-ildn or amber14 (OpenMM's files)."
-    ),
+    forcefield: str = typer.Option(default_of(_MD, "forcefield"), "--forcefield", help=FORCEFIELD_HELP),
     solvent: str = typer.Option(
         default_of(_MD, "solvent"), "--solvent", help="Solvent: obc (OBC implicit water) or vacuum."
     ),

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from bgp4.cli._app import default_of, handles_errors
-from bgp4.cli.md import MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
+from bgp4.cli.md import FORCEFIELD_HELP, MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
 from bgp4.config import merge_settings, read_config_file
 from bgp4.pipeline import NO_PRESET, get_preset, preset_train_settings, run_pipeline
@@ -40,7 +40,7 @@ def pipeline(
     molecule: str = typer.Option("", help=MOLECULE_HELP),
     sequence: str = typer.Option("", "--sequence", help=SEQUENCE_HELP),
     pdb: str = typer.Option("", "--pdb", help=PDB_HELP),
-    forcefield: str = typer.Option(default_of(MDSettings, "forcefield"), help="amber99sb-ildn or amber14."),
+    forcefield: str = typer.Option(default_of(MDSettings, "forcefield"), help=FORCEFIELD_HELP),
     solvent: str = typer.Option(default_of(MDSettings, "solvent"), help="Solvent: obc (implicit water) or vacuum."),
     constraints: str = typer.Option(
         default_of(MDSettings, "constraints"), help="hbonds (X-H bonds fixed, in the flows too) or none."

@@ -10,6 +10,7 @@ import typer
 from bgp4.cli._app import default_of, handles_errors
 from bgp4.config import merge_settings, read_config_file
 from bgp4.settings import TrainSettings
+from bgp4.simulation.system import DEFAULT_FORCE_FIELD, FORCE_FIELDS
 
 __all__ = ["train"]
 
@@ -265,7 +266,9 @@ def train(
         None, "--pdb", help="From scratch without data: the molecule of this PDB file instead (not with --molecule)."
     ),
     forcefield: Optional[str] = typer.Option(
-        None, "--forcefield", help="From scratch without data: amber99sb-ildn or amber14. [default: amber99sb-ildn]"
+        None,
+        "--forcefield",
+        help=f"From scratch without data: {', '.join(FORCE_FIELDS)}. [default: {DEFAULT_FORCE_FIELD}]",
     ),
     solvent: Optional[str] = typer.Option(
         None, "--solvent", help="From scratch without data: obc (implicit water) or vacuum. [default: obc]"

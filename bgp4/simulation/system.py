@@ -38,11 +38,14 @@ __all__ = [
 ]
 
 #: Force-field name -> (protein files, implicit-solvent files), all bundled with OpenMM. The OBC
-#: files are the ones each force field is parametrized with (amber96_obc for the amber99 family,
-#: OBC2 for amber14).
+#: files are the ones each force field is parametrized with (amber96_obc, OBC2's GBSAOBCForce, for
+#: the amber99 family; OBC2 for amber14; OBC1 for amber96). amber96 is openmmtools'
+#: `AlanineDipeptideImplicit` (ff96, OBC1: the published 300 K table's alanine dipeptide target) to
+#: within 1e-3 kJ/mol (tests/test_system.py).
 FORCE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "amber99sb-ildn": (("amber99sbildn.xml",), ("amber96_obc.xml",)),
     "amber14": (("amber14-all.xml",), ("implicit/obc2.xml",)),
+    "amber96": (("amber96.xml",), ("implicit/obc1.xml",)),
 }
 DEFAULT_FORCE_FIELD = "amber99sb-ildn"
 #: obc: generalized-Born implicit water (OBC); vacuum: no solvent model.
