@@ -37,10 +37,12 @@ bgp4 simulate --out "$out/ala2-300K-remd.h5" --temperature 300 --constraints non
 # every 0.1 ps (100-step iterations; --velocity-refresh exchange redraws the velocities of exchanged
 # walkers only, so short iterations leave the 300 K distribution alone). 250,000 frames (25 ns at
 # 300 K, 100.4 ns of MD) per seed, about 1.8 h on one core each; the two seeds merged: 500,000 frames.
-dense_run() {  # seed
-  bgp4 simulate --out "$out/ala2-300K-remd-dense-s$1.h5" --temperature 300 --constraints none \
+dense_run() {  # seed [force field: the default amber99sb-ildn, or amber96]
+  local ff="${2:-amber99sb-ildn}" name=ala2
+  [ "$ff" = amber99sb-ildn ] || name="ala2-$ff"
+  bgp4 simulate --out "$out/$name-300K-remd-dense-s$1.h5" --temperature 300 --constraints none \
     --replica-exchange 300:600:4 --frames 250000 --save-every 100 --equilibration-ps 100 --seed "$1" \
-    --velocity-refresh exchange --quiet
+    --velocity-refresh exchange --forcefield "$ff" --quiet
 }
 dense_run 4
 dense_run 5
@@ -53,6 +55,13 @@ dense_run 6
 dense_run 7
 [ -f "$out/ala2-300K-remd-dense-x4.h5" ] || bgp4 merge \
   "$out/ala2-300K-remd-dense-x4.h5" "$out"/ala2-300K-remd-dense-s{4,5,6,7}.h5
+
+# Issue 27 on the published dipeptide target: openmmtools' AlanineDipeptideImplicit (Amber ff96 with
+# OBC1), which `--forcefield amber96` builds; the rows above are on amber99sb-ildn with OBC2, another
+# Hamiltonian. The same four dense runs, merged: run/benchmark_300K.sh with DENSE_FILE=ala2-amber96-300K-remd-dense-x4.h5.
+for seed in 4 5 6 7; do dense_run "$seed" amber96; done
+[ -f "$out/ala2-amber96-300K-remd-dense-x4.h5" ] || bgp4 merge \
+  "$out/ala2-amber96-300K-remd-dense-x4.h5" "$out"/ala2-amber96-300K-remd-dense-s{4,5,6,7}.h5
 
 # Issue 27: alanine tetrapeptide at 300 K without constraints (120 flow dims), replica exchange over
 # 6 temperatures from 300 to 600 K, 25 ns kept at 300 K (150.6 ns of MD). About 5 h on one core
