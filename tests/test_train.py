@@ -110,14 +110,20 @@ def _assert_same_model(a_run: Path, b_run: Path) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
+_IN_PARTS = {
+    "mixed": dict(model="p4inv", merge_every=5, steps=30, energy_steps=6),
+    # FAB: the kept Trainer carries its replay buffer in memory, the fresh one reads it from the checkpoint
+    "fab": dict(model="spline", blocks=1, steps=30, energy_steps=6, objective="fab", fab_levels=2, fab_buffer=128),
+}
+
+
 @pytest.mark.slow
-def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path):
+@pytest.mark.parametrize("objective", list(_IN_PARTS))
+def test_training_in_parts_equals_an_unbroken_run(md_file, tmp_path, objective):
     """A sweep trains a run in parts (`fit(until=...)`), on a Trainer its worker kept or a new one."""
     from bgp4.generator.train import finish_training, prepare_training
 
-    settings = TrainSettings(
-        data=str(md_file), model="p4inv", merge_every=5, **{**TINY, "steps": 30, "energy_steps": 6, "eval_every": 10}
-    )
+    settings = TrainSettings(data=str(md_file), **{**TINY, "eval_every": 10, **_IN_PARTS[objective]})
     train(settings, tmp_path / "unbroken", progress=False)
     kept = prepare_training(settings, tmp_path / "parts")
     assert kept.fit(progress=False, until=13) is None and kept.step == 13
@@ -849,15 +855,18 @@ def test_kl_and_fab_train_from_the_molecule_alone_and_resume_exactly(tmp_path, m
     _killed_at(settings, tmp_path / "killed", 3, monkeypatch)
     train(settings, tmp_path / "killed", progress=False)
     _assert_same_model(tmp_path / "kl", tmp_path / "killed")
-    # the same from the command line, with FAB and a peptide by its sequence at 300 K in vacuum
+    # the same from the command line, with FAB and a peptide by its sequence at 300 K in vacuum, every bond free
     args = ("--data", "none", "--molecule", "sequence:a", "--temperature", "300", "--solvent", "vacuum")
+    args += ("--constraints", "none")
     args += ("--steps", "0", "--model", "spline", "--blocks", "1", "--hidden", "32", "--batch", "64")
     args += ("--objective", "fab", "--fab-levels", "2", "--fab-buffer", "128", "--fab-reuse", "2")
     fab = cli("train", *args, "--energy-steps", "4", "--workers", "1", "--quiet", "--out", tmp_path / "fab")
     assert fab.returncode == 0, fab.stderr
     done = RunDirectory(tmp_path / "fab")
     assert done.completion()["molecule"] == "sequence:A" and done.settings()["solvent"] == "vacuum"
+    assert done.settings()["constraints"] == "none" and done.completion()["n_dims"] == 3 * 22 - 6
     assert done.completion()["energy_evaluations"] > 0
+    assert all(np.isfinite(r["fab_loss"]) for r in done.records() if "fab_loss" in r)
 
 
 def test_runs_from_scratch_refuse_what_they_cannot_do(md_file, tmp_path, cli):
