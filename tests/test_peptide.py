@@ -279,3 +279,29 @@ def test_generator_samples_keep_the_chirality_of_every_ca(tetrapeptide, tetra_fr
         drawn = model.sample(2000, generator=torch.Generator().manual_seed(1))
     xyz = drawn.x.reshape(2000, -1, 3).double().numpy()
     assert (_handedness(xyz, tetrapeptide.topology) == reference[0]).all()
+
+
+def test_rotor_hydrogens_of_the_tetrapeptide_and_relabelling_keeps_the_energy(tetrapeptide, tetra_frames):
+    """Five methyl groups (two caps, three alanine side chains); swapping their hydrogens round is a symmetry."""
+    from bgp4.simulation.atoms import rotor_hydrogens
+    from bgp4.simulation.data import relabel_rotors
+
+    triples = rotor_hydrogens(tetrapeptide)
+    atoms = list(tetrapeptide.topology.atoms)
+    assert len(triples) == 5
+    for triple in triples:
+        carbons = {n.index for h in triple for n in _bonded(tetrapeptide, h)}  # each H's one bonded atom
+        assert len(carbons) == 1 and atoms[carbons.pop()].element.symbol == "C"
+        assert all(atoms[h].element.symbol == "H" for h in triple)
+    assert sorted(atoms[triple[0]].residue.name for triple in triples) == ["ACE", "ALA", "ALA", "ALA", "NME"]
+    frames = tetra_frames[::20]
+    shifts = np.random.default_rng(1).integers(1, 3, size=(len(frames), len(triples)))
+    relabelled = relabel_rotors(frames, np.array(triples), shifts)
+    assert not np.allclose(relabelled, frames)
+    for x, y in zip(frames, relabelled):
+        assert _energy(tetrapeptide.system, y) == pytest.approx(_energy(tetrapeptide.system, x), abs=1e-3)
+
+
+def _bonded(molecule, atom: int) -> list:
+    """The atoms bonded to `atom` (mdtraj Atom objects)."""
+    return [b if a.index == atom else a for a, b in molecule.topology.bonds if atom in (a.index, b.index)]
