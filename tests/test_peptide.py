@@ -263,12 +263,17 @@ def test_every_stereocentre_is_fixed_by_an_improper_torsion_or_the_block():
             assert any(r[3] in neighbours[atom] for r in rows), (name, atom)
 
 
-def test_generator_samples_keep_the_chirality_of_every_ca(tetrapeptide, tetra_frames):
-    x = torch.as_tensor(tetra_frames)
-    reference = _handedness(tetra_frames, tetrapeptide.topology)
+@pytest.mark.parametrize(  # circular and logit torsions
+    ("name", "kind"),
+    [("alanine-tetrapeptide", "spline"), ("alanine-tetrapeptide", "p4inv"), ("alanine-hexapeptide", "spline")],
+)
+def test_generator_samples_keep_the_chirality_of_every_ca(peptide_frames, name, kind):
+    peptide, frames = peptide_frames[name]
+    x = torch.as_tensor(frames)
+    reference = _handedness(frames, peptide.topology)
     assert (reference == reference[0]).all()  # MD keeps it: L-alanines throughout
     torch.manual_seed(0)
-    model = build_generator("spline", x, molecule=tetrapeptide, blocks=1, hidden=16)
+    model = build_generator(kind, x, molecule=peptide, blocks=1, hidden=16)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for _ in range(5):
         loss = model.nll(x).mean()
@@ -278,7 +283,7 @@ def test_generator_samples_keep_the_chirality_of_every_ca(tetrapeptide, tetra_fr
     with torch.no_grad():
         drawn = model.sample(2000, generator=torch.Generator().manual_seed(1))
     xyz = drawn.x.reshape(2000, -1, 3).double().numpy()
-    assert (_handedness(xyz, tetrapeptide.topology) == reference[0]).all()
+    assert (_handedness(xyz, peptide.topology) == reference[0]).all()
 
 
 def test_rotor_hydrogens_of_the_tetrapeptide_and_relabelling_keeps_the_energy(tetrapeptide, tetra_frames):
