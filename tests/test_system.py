@@ -126,9 +126,20 @@ def _unknown_residue(tmp_path):
     return renamed
 
 
+def _residues_swapped(tmp_path):
+    """The tetrapeptide with its residues 3 and 4 swapped in the file, no CONECT records: OpenMM
+    bonds them in file order, ACE's C to ALA 3's N, which lies far away."""
+    atoms = [line for line in open(TETRAPEPTIDE_PDB) if line.startswith(("ATOM", "HETATM"))]
+    blocks = {n: [line for line in atoms if int(line[22:26]) == n] for n in range(1, 6)}
+    (tmp_path / "swapped.pdb").write_text("".join(blocks[1] + blocks[3] + blocks[2] + blocks[4] + blocks[5]) + "END\n")
+    return tmp_path / "swapped.pdb"
+
+
 def test_structures_one_zmatrix_cannot_cover_are_refused(tmp_path):
     with pytest.raises(InputError, match="in 2 pieces"):
         pdb_molecule(_two_pieces(tmp_path))
+    with pytest.raises(InputError, match="nm long .* list them in chain order"):
+        pdb_molecule(_residues_swapped(tmp_path))
     with pytest.raises(InputError, match="does not cover the residue"):
         pdb_molecule(_with_ion(DIPEPTIDE_PDB, tmp_path))
     with pytest.raises(InputError, match="XYZ"):
@@ -174,6 +185,7 @@ def test_simulate_refuses_bad_structures_and_leaves_nothing(cli, tmp_path):
         ("--pdb", str(_with_ion(DIPEPTIDE_PDB, tmp_path))),
         ("--pdb", str(_two_pieces(tmp_path))),
         ("--pdb", str(_unknown_residue(tmp_path))),
+        ("--pdb", str(_residues_swapped(tmp_path))),
         ("--pdb", DIPEPTIDE_PDB, "--molecule", "alanine-dipeptide"),
         ("--constraints", "none", "--timestep-fs", 2),
         ("--forcefield", "charmm"),
@@ -183,6 +195,7 @@ def test_simulate_refuses_bad_structures_and_leaves_nothing(cli, tmp_path):
         result = cli("simulate", *args, "--frames", 10, "--replicas", 1, "--out", out)
         assert result.returncode == 2, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
+        assert args[1] not in ("inf", "nan") or "must be a finite number" in result.stderr
         assert not out.exists() and not out.with_name("x.h5.partial").exists()
 
 

@@ -21,10 +21,20 @@ import openmm.app as app
 from bgp4.errors import InputError, first_line
 from bgp4.simulation.system import SystemSpec, force_field
 
-__all__ = ["MAX_ENERGY_PER_ATOM", "read_structure", "add_hydrogens", "minimize", "prepare_structure", "pdb_text"]
+__all__ = [
+    "MAX_ENERGY_PER_ATOM",
+    "MAX_BOND_NM",
+    "read_structure",
+    "add_hydrogens",
+    "minimize",
+    "prepare_structure",
+    "pdb_text",
+]
 
 #: Largest accepted energy per atom of a minimized structure, kJ/mol (alanine dipeptide: -4.4).
 MAX_ENERGY_PER_ATOM = 20.0
+#: Longest accepted bond in a structure file, nm (covalent bonds are under 0.21 nm, S-S the longest).
+MAX_BOND_NM = 0.3
 
 
 def read_structure(path: str | Path) -> tuple[app.Topology, np.ndarray]:
@@ -91,7 +101,21 @@ def _check_connected(topology: app.Topology, label: str) -> None:
         raise InputError(
             f"{label} is in {len(pieces)} pieces (the smallest holds {len(pieces[0])} atom(s), from "
             f"{atom.residue.name} {atom.residue.id}): one z-matrix covers one bonded molecule, without ions or water "
-            "(OpenMM bonds a chain's residues in file order: residues out of order need CONECT records)"
+            "(OpenMM bonds a chain's residues in file order: list them in chain order)"
+        )
+
+
+def _check_bond_lengths(topology: app.Topology, positions: np.ndarray, label: str) -> None:
+    """Refuse a bond far longer than any covalent bond: residues out of chain order in the file,
+    which OpenMM bonds in file order, are otherwise taken with wrong bonds."""
+    pairs = np.array([(a.index, b.index) for a, b in topology.bonds()], dtype=int).reshape(-1, 2)
+    lengths = np.linalg.norm(positions[pairs[:, 0]] - positions[pairs[:, 1]], axis=-1)
+    if len(lengths) and lengths.max() > MAX_BOND_NM:
+        atoms = list(topology.atoms())
+        a, b = (atoms[i] for i in pairs[lengths.argmax()])
+        raise InputError(
+            f"{label}: the bond {a.residue.name} {a.residue.id} {a.name} - {b.residue.name} {b.residue.id} {b.name} "
+            f"is {lengths.max():.2f} nm long (OpenMM bonds a chain's residues in file order: list them in chain order)"
         )
 
 
@@ -101,10 +125,12 @@ def prepare_structure(
     """`topology` with the hydrogens it lacks and minimized positions (n_atoms, 3) in nm, in `spec`'s system.
 
     Raises InputError where the force field does not cover a residue, the molecule is not one bonded
-    piece, or the minimized energy is not finite and low (`label` names the structure in messages).
+    piece, a bond is longer than `MAX_BOND_NM`, or the minimized energy is not finite and low
+    (`label` names the structure in messages).
     """
     _check_residues(topology, spec, label)
     _check_connected(topology, label)  # before OpenMM's templates, whose errors would not say why
+    _check_bond_lengths(topology, np.asarray(positions, dtype=np.float64), label)
     modeller = app.Modeller(topology, np.asarray(positions) * openmm.unit.nanometer)
     try:
         add_hydrogens(modeller, SystemSpec(spec.forcefield).files())
