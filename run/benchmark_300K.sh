@@ -30,16 +30,20 @@
 # 0.718 after AIS(48) at 3,000 steps (21 min on one core), 0.273 and 0.733 at 6,000 (41 min): the test NLL still
 # falls there. Without the decay the train-test NLL gap is 1.05 nats at 2,500 steps (0.20 with it) and the raw
 # reverse ESS 0.079 clipped.
-# DENSE_KEEP_BEST=1 keeps the best test NLL's weights in the plain dense rows and refines them by AIS(48), into
+# DENSE_KEEP_BEST=1 (with DENSE_WD=0: the weight-decay rows keep them anyway) keeps the best test NLL's
+# weights in the plain dense rows and refines them by AIS(48), into
 # OUT/ala2-dense-best: DENSE_STEPS=32000 with the x4 file is the 32,000-step row (0.808 and 0.818 clipped, 2 seeds;
 # its runs measured the test NLL every 1,000 steps, this script every 500).
 # FAB_REUSE (gradient steps per AIS batch) and FAB_LR_SCHEDULE (constant or cosine) are the 600 K study's FAB
 # levers; FAB_REUSE=8 FAB_LR_SCHEDULE=cosine FAB_STEPS=2000 after that row is the FAB row of 0.848 clipped
 # (seed 0), with the AIS levels of the rows it starts from. Non-default levers name the FAB folder
 # (OUT/NAME-fab2048-r8-cosine), so runs with other settings never share one.
+# ONLY_DENSE=1 leaves out the 50,000-frame sets (ala2, ala4), for a dense file of another system: with
+# DENSE_FILE=ala2-amber96-300K-remd-dense-x4.h5 (run/long_runs.sh) the rows are on the published dipeptide
+# target, Amber ff96 with OBC1; give them their own OUT.
 #   bash run/benchmark_300K.sh [OUT] [DATA]
 #   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 FAB_REUSE=4 FAB_LR_SCHEDULE=constant DENSE_STEPS=0
-#   # DENSE_FILE=ala2-300K-remd-dense-x2.h5 DENSE_WD=0 DENSE_KEEP_BEST=0 ALA4_DENSE_STEPS=0 ALA4_DENSE_WD=3
+#   # DENSE_FILE=ala2-300K-remd-dense-x2.h5 DENSE_WD=0 DENSE_KEEP_BEST=0 ONLY_DENSE=0 ALA4_DENSE_STEPS=0 ALA4_DENSE_WD=3
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
@@ -53,6 +57,7 @@ dense_steps="${DENSE_STEPS:-0}"
 dense_file="${DENSE_FILE:-ala2-300K-remd-dense-x2.h5}"
 dense_wd="${DENSE_WD:-0}"
 dense_best="${DENSE_KEEP_BEST:-0}"
+only_dense="${ONLY_DENSE:-0}"
 ala4_dense_steps="${ALA4_DENSE_STEPS:-0}"
 ala4_dense_wd="${ALA4_DENSE_WD:-3}"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "STEPS must be a positive whole number, got '$steps'" >&2; exit 2; }
@@ -62,6 +67,7 @@ ala4_dense_wd="${ALA4_DENSE_WD:-3}"
 [[ $fab_reuse =~ ^[1-9][0-9]*$ ]] || { echo "FAB_REUSE must be a positive whole number, got '$fab_reuse'" >&2; exit 2; }
 [[ $fab_schedule =~ ^(constant|cosine)$ ]] || { echo "FAB_LR_SCHEDULE must be constant or cosine, got '$fab_schedule'" >&2; exit 2; }
 [[ $dense_best =~ ^[01]$ ]] || { echo "DENSE_KEEP_BEST must be 0 or 1, got '$dense_best'" >&2; exit 2; }
+[[ $only_dense =~ ^[01]$ ]] || { echo "ONLY_DENSE must be 0 or 1, got '$only_dense'" >&2; exit 2; }
 [[ $ala4_dense_steps =~ ^[0-9]+$ ]] || { echo "ALA4_DENSE_STEPS must be a whole number, got '$ala4_dense_steps'" >&2; exit 2; }
 [[ $ala4_dense_wd =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ALA4_DENSE_WD must be a number >= 0, got '$ala4_dense_wd'" >&2; exit 2; }
 [[ $dense_wd =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "DENSE_WD must be a number >= 0, got '$dense_wd'" >&2; exit 2; }
@@ -69,7 +75,9 @@ ala4_dense_wd="${ALA4_DENSE_WD:-3}"
 # bgp4 sweep would simulate a missing data file with plain MD: these must be the replica-exchange files
 # name:file:steps:eval every:AIS levels:extra train options
 every() { echo $(( $1 < 5000 ? 50 : 500 )); }
-sets=(ala2:ala2-300K-remd.h5:"$steps:$(every "$steps")":20: ala4:ala4-300K-remd.h5:"$steps:$(every "$steps")":20:)
+sets=()
+[ "$only_dense" = 1 ] ||
+  sets=(ala2:ala2-300K-remd.h5:"$steps:$(every "$steps")":20: ala4:ala4-300K-remd.h5:"$steps:$(every "$steps")":20:)
 if [ "$dense_steps" -gt 0 ] && [[ $dense_wd =~ ^0*(\.0*)?$ ]] && [ "$dense_best" = 1 ]; then
   sets+=(ala2-dense-best:"$dense_file:$dense_steps:$(every "$dense_steps")":48:--keep-best)
 elif [ "$dense_steps" -gt 0 ] && [[ $dense_wd =~ ^0*(\.0*)?$ ]]; then
@@ -79,6 +87,7 @@ elif [ "$dense_steps" -gt 0 ]; then
 fi
 [ "$ala4_dense_steps" -eq 0 ] ||
   sets+=(ala4-dense:ala4-300K-remd-dense-s4.h5:"$ala4_dense_steps":250:48:"--weight-decay $ala4_dense_wd --keep-best")
+[ "${#sets[@]}" -gt 0 ] || { echo "ONLY_DENSE=1 without DENSE_STEPS or ALA4_DENSE_STEPS: nothing to run" >&2; exit 2; }
 for set in "${sets[@]}"; do
   file="${set#*:}"; file="${file%%:*}"
   [ -f "$data/$file" ] || { echo "no $data/$file: make it with run/long_runs.sh" >&2; exit 2; }

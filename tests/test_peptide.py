@@ -265,7 +265,11 @@ def test_every_stereocentre_is_fixed_by_an_improper_torsion_or_the_block():
 
 @pytest.mark.parametrize(  # circular and logit torsions
     ("name", "kind"),
-    [("alanine-tetrapeptide", "spline"), ("alanine-tetrapeptide", "p4inv"), ("alanine-hexapeptide", "spline")],
+    [
+        ("alanine-tetrapeptide", "spline"),
+        ("alanine-tetrapeptide", "p4inv"),
+        pytest.param("alanine-hexapeptide", "spline", marks=pytest.mark.slow),
+    ],
 )
 def test_generator_samples_keep_the_chirality_of_every_ca(peptide_frames, name, kind):
     peptide, frames = peptide_frames[name]
@@ -276,13 +280,13 @@ def test_generator_samples_keep_the_chirality_of_every_ca(peptide_frames, name, 
     model = build_generator(kind, x, molecule=peptide, blocks=1, hidden=16)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for _ in range(5):
-        loss = model.nll(x).mean()
+        loss = model.nll(x[:32]).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     with torch.no_grad():
-        drawn = model.sample(2000, generator=torch.Generator().manual_seed(1))
-    xyz = drawn.x.reshape(2000, -1, 3).double().numpy()
+        drawn = model.sample(1000, generator=torch.Generator().manual_seed(1))
+    xyz = drawn.x.reshape(1000, -1, 3).double().numpy()
     assert (_handedness(xyz, peptide.topology) == reference[0]).all()
 
 
