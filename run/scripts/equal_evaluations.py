@@ -6,12 +6,16 @@ of a `bgp4 sweep --objectives ...` directory this draws:
 
 - the final point: the run's reverse ESS from its own `report/metrics.json` (`bgp4 analyze`, the raw
   generator's samples) at x = MD evaluations of the frames it drew + its training evaluations;
-- for objectives that sample the flow while training (kl, fab), the curve of the flow samples' ESS
-  logged during training (`metrics.jsonl`, flow_ess) at the evaluations spent so far.
+- for objectives that sample the flow while training (mixed, kl, fab), the curve of the ESS of the
+  flow's own samples logged during training (`metrics.jsonl`: fab's `flow_ess`, the batch ESS
+  `batch_ess` of kl and mixed) at the evaluations spent so far.
 
 Prints one line per run (objective, seed, evaluations, ESS) and writes FIG.png and FIG.pdf.
-`--extra LABEL=REPORT` adds a run outside the sweep (e.g. FAB from scratch) by its `bgp4 analyze`
-report directory, whose metrics.json names the run; repeatable.
+SWEEP may also be a study folder that keeps a sweep's report without its runs
+(`REPORT/metrics.json` and `REPORT/<model>-s<seed>-metrics.jsonl`, as run/results/equal-evaluations
+keeps them). `--extra LABEL=REPORT` adds a run outside the sweep (e.g. FAB from scratch) by its
+`bgp4 analyze` report directory, whose metrics.json names the run (or, where that run is gone, whose
+parent folder holds its `training-metrics.jsonl`); repeatable.
 
     python run/scripts/equal_evaluations.py SWEEP [--out FIG] [--extra LABEL=REPORT ...]
     # FIG defaults to SWEEP/report/equal-evaluations
@@ -23,7 +27,7 @@ import argparse
 import json
 from pathlib import Path
 
-__all__ = ["run_points", "sweep_points", "draw"]
+__all__ = ["run_points", "sweep_points", "study_points", "draw"]
 
 
 def _raw_entry(report: dict) -> dict:
@@ -34,23 +38,45 @@ def _raw_entry(report: dict) -> dict:
     raise SystemExit("a run report without a raw generator's metrics")
 
 
-def run_points(run: Path, report: Path | None = None) -> dict:
-    """{final: (evaluations, ess), curve: [(evaluations, flow_ess), ...]} of one run, from its
-    report (default: RUN/report, a sweep run's own) and its training log."""
-    entry = _raw_entry(json.loads(((report or run / "report") / "metrics.json").read_text()))
+def _points(entry: dict, log: Path) -> dict:
+    """{final: (evaluations, ess), curve: [(evaluations, flow ESS), ...]} from a run's metrics
+    (`entry`: the keys of `bgp4 analyze`'s metrics.json) and its training log (may be missing)."""
     frames = entry.get("train_md_frames") or 0
     md_evals = entry.get("train_md_frames_energy_evaluations") or 0
     per_frame = md_evals / frames if frames else 0.0
     final = (md_evals + (entry.get("train_energy_evaluations") or 0), entry.get("reverse_ess"))
     curve = []
-    log = run / "metrics.jsonl"
-    if log.is_file():
-        for line in log.read_text().splitlines():
-            row = json.loads(line)
-            if row.get("flow_ess") is not None:
-                spent = per_frame * (row.get("md_frames") or 0) + (row.get("energy_evaluations") or 0)
-                curve.append((spent, row["flow_ess"]))
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        row = json.loads(line)
+        ess = row.get("flow_ess", row.get("batch_ess"))  # fab logs flow_ess; kl and mixed batch_ess
+        if ess is not None:
+            curve.append((per_frame * (row.get("md_frames") or 0) + (row.get("energy_evaluations") or 0), ess))
     return {"final": final, "curve": curve}
+
+
+def run_points(run: Path, report: Path | None = None) -> dict:
+    """`_points` of one run, from its report (default: RUN/report, a sweep run's own) and its
+    training log (RUN/metrics.jsonl, or REPORT/../training-metrics.jsonl where the run is gone)."""
+    report = report or run / "report"
+    log = run / "metrics.jsonl"
+    if not log.is_file():
+        log = report.parent / "training-metrics.jsonl"
+    return _points(_raw_entry(json.loads((report / "metrics.json").read_text())), log)
+
+
+def study_points(report: Path) -> dict[str, dict[int, dict]]:
+    """{objective: {seed: points}} from a kept sweep report: its metrics.json (per-seed values of
+    every model, named MODEL-OBJECTIVE) and the training logs beside it (MODEL-OBJECTIVE-sSEED-metrics.jsonl)."""
+    metrics = json.loads((report / "metrics.json").read_text())["metrics"]
+    keys = ("reverse_ess", "train_md_frames", "train_md_frames_energy_evaluations", "train_energy_evaluations")
+    out: dict[str, dict[int, dict]] = {}
+    for model, values in metrics["reverse_ess"]["models"].items():
+        for seed in values["values"]:
+            entry = {k: metrics[k]["models"][model]["values"].get(seed) for k in keys}
+            out.setdefault(model.rsplit("-", 1)[1], {})[int(seed)] = _points(
+                entry, report / f"{model}-s{seed}-metrics.jsonl"
+            )
+    return out
 
 
 def sweep_points(sweep: Path) -> dict[str, dict[int, dict]]:
@@ -71,8 +97,9 @@ def draw(points: dict[str, dict[int, dict]], stem: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for i, (objective, seeds) in enumerate(sorted(points.items())):
         colour = f"C{i}"
         for j, (_, run) in enumerate(sorted(seeds.items())):
@@ -85,7 +112,9 @@ def draw(points: dict[str, dict[int, dict]], stem: Path) -> None:
     ax.set_xlabel("target energy evaluations (MD frames counted by their MD steps)")
     ax.set_ylabel("reverse ESS")
     ax.set_ylim(0, 1)
-    ax.legend(title="objective (dots: end of training)")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_title("dots: end of training; lines: ESS of the flow's own samples while training", fontsize=9)
+    ax.legend(title="objective", loc="upper left", fontsize=8)
     fig.tight_layout()
     for suffix in (".png", ".pdf"):
         fig.savefig(stem.with_suffix(suffix), dpi=150)
@@ -98,7 +127,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="figure stem (default SWEEP/report/equal-evaluations)")
     parser.add_argument("--extra", action="append", default=[], help="LABEL=REPORT: a run outside the sweep")
     args = parser.parse_args()
-    points = sweep_points(args.sweep)
+    has_runs = (args.sweep / "sweep.json").is_file() and (args.sweep / "runs").is_dir()
+    points = sweep_points(args.sweep) if has_runs else {}
+    if not points and (args.sweep / "report" / "metrics.json").is_file():  # a kept report, its runs gone
+        points = study_points(args.sweep / "report")
     for extra in args.extra:
         label, _, report = extra.partition("=")
         entry = _raw_entry(json.loads((Path(report) / "metrics.json").read_text()))
