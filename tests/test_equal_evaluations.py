@@ -70,3 +70,29 @@ def test_a_run_outside_the_sweep_joins_by_its_report(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "fab from scratch seed 0: 3e+03 evaluations, reverse ESS 0.400" in done.stdout
     assert (tmp_path / "report" / "equal-evaluations.png").stat().st_size > 0
+
+
+def test_a_kept_report_gives_the_same_points_with_batch_ess_curves(tmp_path):
+    """A study keeps a sweep's report (per-seed values in metrics.json) and its runs' logs beside it;
+    kl and mixed runs log the ESS of their flow batches as batch_ess, drawn like FAB's flow_ess."""
+    report = tmp_path / "report"
+    report.mkdir()
+    values = {"reverse_ess": 0.3, "train_md_frames": 100, "train_md_frames_energy_evaluations": 2500}
+    metrics = {
+        key: {"models": {"spline-kl": {"values": {"0": value}}, "spline-ml": {"values": {"0": value}}}}
+        for key, value in values.items()
+    }
+    metrics["train_energy_evaluations"] = {
+        "models": {"spline-kl": {"values": {"0": 512}}, "spline-ml": {"values": {"0": 0}}}
+    }
+    (report / "metrics.json").write_text(json.dumps({"metrics": metrics}))
+    rows = [{"md_frames": 100, "energy_evaluations": n, "batch_ess": e} for n, e in ((256, 0.2), (512, 0.25))]
+    (report / "spline-kl-s0-metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from equal_evaluations import study_points
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    points = study_points(report)
+    assert points["kl"][0] == {"final": (2500 + 512, 0.3), "curve": [(2756.0, 0.2), (3012.0, 0.25)]}
+    assert points["ml"][0] == {"final": (2500, 0.3), "curve": []}  # no log kept: the point alone
