@@ -39,6 +39,7 @@ def test_table_lists_published_rows_and_each_sweep_model(tmp_path):
     assert table == done.stdout
     assert "| maximum likelihood | 82.1 % | 45.3 % | 0.0109 |" in table
     assert "| CMT | 97.7 % | 68.6 % | 0.0094 |" in table
+    assert "Amber ff96 with OBC1" in table  # the published dipeptide's system, which bgp4's default is not
     assert "| spline | 3 | 80.0 [75.0, 85.0] | 79.0 [74.0, 84.0] | - | 0.011 [0.01, 0.012] | 1.0 | - | - |" in table
     assert "| spline +AIS(20) | 3 | 97.0 [96.0, 98.0] |" in table
 
