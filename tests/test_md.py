@@ -312,18 +312,23 @@ def test_partial_run_keeps_its_replica_count_when_replicas_are_automatic(tmp_pat
         _prepare(out, MDSettings(frames=10, replicas=2).resolved(), overwrite=False, left=())
 
 
-def test_auto_platform_goes_by_atom_count(monkeypatch):
+def test_auto_platform_goes_by_atom_count_and_custom_forces(monkeypatch):
     from bgp4.platform import AUTO_CPU_ATOMS, resolve_platform
     from bgp4.simulation.energy import OpenMMEnergy
 
     assert resolve_platform("auto") == resolve_platform("AUTO", AUTO_CPU_ATOMS) == "Reference"
     assert resolve_platform("auto", AUTO_CPU_ATOMS + 1) == "CPU"
-    assert resolve_platform("reference", 10_000) == "Reference"  # a named platform is never overridden
-    assert MDSettings().resolved().platform == "Reference"  # alanine dipeptide, 22 atoms
-    from bgp4.simulation.molecule import atom_count
+    assert resolve_platform("auto", 22, custom=True) == "CPU"
+    assert resolve_platform("reference", 10_000, custom=True) == "Reference"  # a named platform is never overridden
+    assert MDSettings().resolved().platform == "Reference"  # alanine dipeptide, 22 atoms, GBSAOBCForce
+    # the OBC1 and OBC2 files of amber96 and amber14 are CustomGBForces: 30-40x slower on Reference
+    assert MDSettings(forcefield="amber96").resolved().platform == "CPU"
+    assert MDSettings(forcefield="amber14").resolved().platform == "CPU"
+    assert MDSettings(forcefield="amber96", solvent="vacuum").resolved().platform == "Reference"
+    from bgp4.simulation.molecule import platform_traits
 
-    assert atom_count("alanine-tetrapeptide") == 42
-    monkeypatch.setattr("bgp4.simulation.molecule.atom_count", lambda *args: AUTO_CPU_ATOMS + 62)
+    assert platform_traits("alanine-tetrapeptide") == (42, False)
+    monkeypatch.setattr("bgp4.simulation.molecule.platform_traits", lambda *args: (AUTO_CPU_ATOMS + 62, False))
     assert MDSettings().resolved().platform == "CPU"
     assert MDSettings(platform="Reference").resolved().platform == "Reference"
     system = openmm.System()
@@ -332,6 +337,12 @@ def test_auto_platform_goes_by_atom_count(monkeypatch):
     with OpenMMEnergy(system, 300.0, n_workers=1) as energy:  # the bridge chooses by the same rule
         assert energy.platform == "CPU"
         assert energy.energies_kjmol(np.zeros((1, AUTO_CPU_ATOMS + 1, 3))).tolist() == [0.0]
+    small = openmm.System()
+    small.addParticle(1.0)
+    small.addForce(openmm.CustomExternalForce("0"))
+    small.getForce(0).addParticle(0, [])
+    with OpenMMEnergy(small, 300.0, n_workers=1) as energy:
+        assert energy.platform == "CPU"
 
 
 def test_an_auto_platform_run_matches_the_platform_it_was_made_on(tmp_path):

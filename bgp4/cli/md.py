@@ -81,7 +81,10 @@ def simulate(
     seed: int = typer.Option(default_of(_MD, "seed"), help="Random seed; each replica derives its own from it."),
     platform: str = typer.Option(
         default_of(_MD, "platform"),
-        help="OpenMM platform: auto|Reference|CPU|CUDA|OpenCL (auto: Reference up to 150 atoms, CPU above).",
+        help=(
+            "OpenMM platform: auto|Reference|CPU|CUDA|OpenCL "
+            "(auto: Reference up to 150 atoms without custom forces, else CPU)."
+        ),
     ),
     molecule: str = typer.Option(
         default_of(_MD, "molecule"),

@@ -24,7 +24,7 @@ import openmm
 import torch
 
 from bgp4.errors import Bgp4Error, InputError
-from bgp4.platform import get_platform
+from bgp4.platform import get_platform, slow_on_reference
 from bgp4.simulation._energy_pool import Pool
 from bgp4.simulation.molecule import kT as thermal_energy
 
@@ -94,7 +94,7 @@ class OpenMMEnergy:
         temperature: in K; energies are reduced by kT = k_B T (kJ/mol).
         n_workers: worker processes (default `os.cpu_count()`); always 1 on CUDA/OpenCL.
         platform: OpenMM platform name as for `bgp4.platform.get_platform` ("auto": Reference, or
-            CPU above `bgp4.platform.AUTO_CPU_ATOMS` atoms).
+            CPU above `bgp4.platform.AUTO_CPU_ATOMS` atoms or for a system with custom forces).
 
     Method names (table in the module docstring): plural `energies...` names take and return numpy arrays, the
     `..._kjmol` ones in kJ/mol and `reduced_...` ones in kT; singular `..._energy` names take and
@@ -118,7 +118,7 @@ class OpenMMEnergy:
         temperature = float(temperature)
         if not (np.isfinite(temperature) and temperature > 0):
             raise InputError(f"temperature must be a positive number of K, got {temperature}")
-        platform_obj, props = get_platform(platform, system.getNumParticles())
+        platform_obj, props = get_platform(platform, system.getNumParticles(), slow_on_reference(system))
         self.platform = platform_obj.getName()
         if self.platform in _GPU_PLATFORMS:
             n_workers = 1  # one context owns the device; more would only contend for it

@@ -127,13 +127,14 @@ class MDSettings:
         return replace(draft, platform=draft.concrete_platform())
 
     def concrete_platform(self) -> str:
-        """The platform name `resolve_platform` gives; `auto` goes by the molecule's atom count
-        (`atom_count`: the molecule is built once a process)."""
+        """The platform name `resolve_platform` gives; `auto` goes by the molecule's atom count and
+        its system's custom forces (`platform_traits`: the molecule is built once a process)."""
         from bgp4.platform import resolve_platform
-        from bgp4.simulation.molecule import atom_count
+        from bgp4.simulation.molecule import platform_traits
 
-        auto = str(self.platform).lower() == "auto"
-        return resolve_platform(self.platform, atom_count(self.molecule, self.pdb, self.spec()) if auto else None)
+        if str(self.platform).lower() != "auto":
+            return resolve_platform(self.platform)
+        return resolve_platform(self.platform, *platform_traits(self.molecule, self.pdb, self.spec()))
 
     def left_to_bgp4(self) -> tuple[str, ...]:
         """The settings this request leaves to bgp4 (replicas 0: one per core; platform auto: by

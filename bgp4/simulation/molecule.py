@@ -44,7 +44,7 @@ __all__ = [
     "kT",
     "Molecule",
     "alanine_dipeptide",
-    "atom_count",
+    "platform_traits",
     "backbone_pairs",
     "central_pair",
     "PEPTIDES",
@@ -320,16 +320,20 @@ def get_molecule(name: str | None = None, spec: SystemSpec = SystemSpec()) -> Mo
     return MOLECULES[name](spec)
 
 
-def atom_count(name: str, pdb: str = "", spec: SystemSpec = SystemSpec()) -> int:
-    """Atoms of the structure file `pdb` (hydrogens added), else of the molecule registered as
-    `name`, in `spec`'s system; built once a process (per file version)."""
+def platform_traits(name: str, pdb: str = "", spec: SystemSpec = SystemSpec()) -> tuple[int, bool]:
+    """What the `auto` platform goes by (`bgp4.platform.resolve_platform`): the atoms of the
+    structure file `pdb` (hydrogens added), else of the molecule registered as `name`, in `spec`'s
+    system, and whether that system has custom forces; built once a process (per file version)."""
     mtime = Path(pdb).stat().st_mtime_ns if pdb else 0
-    return _atom_count(name, pdb, mtime, spec)
+    return _platform_traits(name, pdb, mtime, spec)
 
 
 @functools.lru_cache(maxsize=32)
-def _atom_count(name: str, pdb: str, mtime: int, spec: SystemSpec) -> int:
-    return (pdb_molecule(pdb, spec) if pdb else get_molecule(name, spec)).n_atoms
+def _platform_traits(name: str, pdb: str, mtime: int, spec: SystemSpec) -> tuple[int, bool]:
+    from bgp4.platform import slow_on_reference
+
+    molecule = pdb_molecule(pdb, spec) if pdb else get_molecule(name, spec)
+    return molecule.n_atoms, slow_on_reference(molecule.system)
 
 
 def molecule_of(record: Mapping[str, Any] | None, n_atoms: int | None = None, source: object = "the file") -> Molecule:
