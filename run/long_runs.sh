@@ -71,8 +71,8 @@ bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-300K-remd-dense-s
 # Issue 27 on the published dipeptide target: openmmtools' AlanineDipeptideImplicit (Amber ff96 with
 # OBC1), which `--forcefield amber96` builds; the dipeptide rows above are on amber99sb-ildn with OBC2,
 # another Hamiltonian (2.0 kT rms apart on the 300 K frames). The same four dense runs, merged; about
-# 6-9 h of one core each, 4-6x the amber99sb-ildn runs: OBC1 is a CustomGBForce, so `auto` runs it on
-# the CPU platform (about 4,000 steps/s here; Reference would take 530). Train on it into another OUT than the amber99sb-ildn rows: ONLY_DENSE=1
+# 6-9 h of one core each (estimated), 4-6x the amber99sb-ildn runs: OBC1 is a CustomGBForce, so `auto` runs
+# it on the CPU platform (3,000-4,200 steps/s here; Reference: about 530). Train on it into another OUT than the amber99sb-ildn rows: ONLY_DENSE=1
 # DENSE_FILE=ala2-amber96-300K-remd-dense-x4.h5 DENSE_STEPS=32000 DENSE_KEEP_BEST=1 bash run/benchmark_300K.sh OUT-amber96.
 for seed in 4 5 6 7; do dense_run "$seed" amber96; done
 [ -f "$out/ala2-amber96-300K-remd-dense-x4.h5" ] || bgp4 merge \

@@ -72,7 +72,7 @@ def test_a_run_outside_the_sweep_joins_by_its_report(tmp_path):
     assert (tmp_path / "report" / "equal-evaluations.png").stat().st_size > 0
 
 
-def test_a_kept_report_gives_the_same_points_with_batch_ess_curves(tmp_path):
+def test_a_kept_report_gives_the_points_with_batch_ess_curves(tmp_path):
     """A study keeps a sweep's report (per-seed values in metrics.json) and its runs' logs beside it;
     kl and mixed runs log the ESS of their flow batches as batch_ess, drawn like FAB's flow_ess."""
     report = tmp_path / "report"

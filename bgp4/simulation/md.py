@@ -138,7 +138,8 @@ class MDSettings:
 
     def left_to_bgp4(self) -> tuple[str, ...]:
         """The settings this request leaves to bgp4 (replicas 0: one per core; platform auto: by
-        the atom count, which older versions chose otherwise): a stored run matches any value of them."""
+        the atom count and custom forces, which older versions chose otherwise): a stored run
+        matches any value of them."""
         auto = {"replicas": self.replicas == 0, "platform": str(self.platform).lower() == "auto"}
         return tuple(name for name, left in auto.items() if left)
 
