@@ -9,10 +9,9 @@ docs/guide/simulate.md, "Platforms"). Reference also evaluates custom forces thr
 expression interpreter: the CustomGBForce of the OBC1 and OBC2 implicit-solvent files
 (`--forcefield amber96`, `amber14`) runs alanine dipeptide at about 510-530 steps/s there,
 against about 3,000-4,200 on the CPU platform and 16,800-20,700 for amber99sb-ildn's GBSAOBCForce
-on Reference. So
-`auto` is Reference up to `AUTO_CPU_ATOMS` atoms without custom forces, and CPU otherwise: chosen
-by the molecule and its system alone, never by the machine, so that one command gives the same
-numbers everywhere (both platforms ship with every OpenMM build).
+on Reference. So `auto` is Reference up to `AUTO_CPU_ATOMS` atoms without custom forces, and CPU
+otherwise: chosen by the molecule and its system alone, never by the machine, so that one command
+gives the same numbers everywhere (both platforms ship with every OpenMM build).
 """
 
 from __future__ import annotations
