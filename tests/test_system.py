@@ -19,12 +19,18 @@ DIPEPTIDE_PDB = "bgp4/simulation/resources/alanine-dipeptide.pdb"
 TETRAPEPTIDE_PDB = "bgp4/simulation/resources/alanine-tetrapeptide.pdb"
 
 
+def _energies(system, frames) -> np.ndarray:
+    """Potential energies (n,) kJ/mol of frames (n, atoms, 3) nm (Reference platform)."""
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    out = []
+    for x in frames:
+        context.setPositions(x)
+        out.append(context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole))
+    return np.asarray(out)
+
+
 def _energy(molecule) -> float:
-    context = openmm.Context(
-        molecule.system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference")
-    )
-    context.setPositions(molecule.positions)
-    return context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
+    return float(_energies(molecule.system, [molecule.positions])[0])
 
 
 def test_spec_validates_and_round_trips_through_a_record():
@@ -59,21 +65,10 @@ def test_amber96_is_the_published_tables_dipeptide(md_frames):
     theirs = AlanineDipeptideImplicit(constraints=None)
     assert [a.name for a in theirs.topology.atoms()] == [a.name for a in ours.topology.atoms]
     frames = md_frames[0][::300]
-
-    def energies(system) -> np.ndarray:
-        platform = openmm.Platform.getPlatformByName("Reference")
-        context = openmm.Context(system, openmm.VerletIntegrator(0.001), platform)
-        out = []
-        for x in frames:
-            context.setPositions(x)
-            out.append(
-                context.getState(getEnergy=True).getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
-            )
-        return np.asarray(out)
-
-    np.testing.assert_allclose(energies(ours.system), energies(theirs.system), rtol=0, atol=1e-3)
+    np.testing.assert_allclose(_energies(ours.system, frames), _energies(theirs.system, frames), rtol=0, atol=1e-3)
     # the default system is another Hamiltonian, not a shift of this one
-    assert np.ptp(energies(get_molecule(None, SystemSpec(constraints="none")).system) - energies(ours.system)) > 5.0
+    default = get_molecule(None, SystemSpec(constraints="none"))
+    assert np.ptp(_energies(default.system, frames) - _energies(ours.system, frames)) > 5.0
 
 
 @pytest.mark.parametrize("name, n_atoms", [("alanine-dipeptide", 22), ("alanine-tetrapeptide", 42)])
