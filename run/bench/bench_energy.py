@@ -189,14 +189,14 @@ def main() -> None:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
 
-    from bgp4.platform import get_platform
+    from bgp4.platform import get_platform, slow_on_reference
     from bgp4.simulation.molecule import get_molecule
 
     molecule = get_molecule()
     t0 = time.perf_counter()
     frames = md_frames(molecule.system, molecule.positions, args.frames)
     print(f"setup_md_s: {time.perf_counter() - t0:.2f}")
-    platform, props = get_platform(args.platform, molecule.n_atoms)
+    platform, props = get_platform(args.platform, molecule.n_atoms, slow_on_reference(molecule.system))
     conns, procs = start_bare_workers(molecule.system_xml(), platform.getName(), props, frames, args.workers)
     best = best_times(molecule.system, frames, conns, args)
     stop_bare_workers(conns, procs)

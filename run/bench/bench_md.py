@@ -27,12 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 def _bare(steps: int, platform: str, molecule_name: str, barrier, results) -> None:
     import openmm
 
-    from bgp4.platform import get_platform
+    from bgp4.platform import get_platform, slow_on_reference
     from bgp4.simulation.molecule import get_molecule
 
     molecule = get_molecule(molecule_name)
     integrator = openmm.LangevinMiddleIntegrator(600.0, 1.0, 0.002)
-    plat, props = get_platform(platform, molecule.n_atoms)  # as `bgp4 simulate` resolves auto
+    # as `bgp4 simulate` resolves auto
+    plat, props = get_platform(platform, molecule.n_atoms, slow_on_reference(molecule.system))
     context = openmm.Context(molecule.system, integrator, plat, props)
     context.setPositions(molecule.positions)
     openmm.LocalEnergyMinimizer.minimize(context)
