@@ -68,6 +68,13 @@ bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-300K-remd-dense-s
   --constraints none --replica-exchange 300:600:6 --frames 250000 --save-every 100 --equilibration-ps 100 --seed 4 \
   --velocity-refresh exchange --quiet
 
+# Issue 27 on the published tetrapeptide target: TA-BG's code holds the X-H bonds (bgp4's default
+# system, 98 flow dims; run/results/benchmark-300K/, "The published tetrapeptide target"). The same
+# dense run with the bonds held: 2 fs steps, a frame every 50 (0.1 ps), half the steps of the run above.
+bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-hbonds-300K-remd-dense-s4.h5" --temperature 300 \
+  --replica-exchange 300:600:6 --frames 250000 --save-every 50 --equilibration-ps 100 --seed 4 \
+  --velocity-refresh exchange --quiet
+
 # Issue 27 on the published dipeptide target: openmmtools' AlanineDipeptideImplicit (Amber ff96 with
 # OBC1), which `--forcefield amber96` builds; the dipeptide rows above are on amber99sb-ildn with OBC2,
 # another Hamiltonian (2.0 kT rms apart on the 300 K frames). The same four dense runs, merged; about

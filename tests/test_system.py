@@ -71,6 +71,24 @@ def test_amber96_is_the_published_tables_dipeptide(md_frames):
     assert np.ptp(_energies(default.system, frames) - _energies(ours.system, frames)) > 5.0
 
 
+def test_the_default_tetrapeptide_is_the_one_ta_bgs_code_builds(langevin):
+    """bgp4's tetrapeptide with its defaults (X-H bonds held) is the system of TA-BG's released code,
+    bgmol's MiniPeptide("AAA"): amber99sbildn.xml + amber99_obc.xml, NoCutoff, HBonds; 98 flow dims."""
+    from openmm import app
+
+    ours = get_molecule("alanine-tetrapeptide")
+    forcefield = app.ForceField("amber99sbildn.xml", "amber99_obc.xml")
+    theirs = forcefield.createSystem(ours.topology.to_openmm(), nonbondedMethod=app.NoCutoff, constraints=app.HBonds)
+
+    def pairs(system):
+        return sorted(tuple(sorted(system.getConstraintParameters(i)[:2])) for i in range(system.getNumConstraints()))
+
+    assert pairs(theirs) == pairs(ours.system) and len(pairs(ours.system)) == 22
+    frames, _ = langevin(ours, seed=5, n=20, every=50, equilibrate=500)
+    np.testing.assert_allclose(_energies(ours.system, frames), _energies(theirs, frames), rtol=0, atol=1e-3)
+    assert MixedCoordinateTransform.shell(ours, fix_constrained=True).n_dims == 98
+
+
 @pytest.mark.parametrize("name, n_atoms", [("alanine-dipeptide", 22), ("alanine-tetrapeptide", 42)])
 def test_flow_dims_are_3n_minus_6_less_the_fixed_constraints(name, n_atoms):
     held = get_molecule(name)
