@@ -238,7 +238,8 @@ def train(
         "--compile",
         help=(
             "torch.compile the likelihood step: auto|on|off. auto compiles CPU runs with at least 3,000"
-            " likelihood steps (rnvp, p4inv) or 1,000 (spline kinds), where the compile (30-70 s) is"
+            " steps that evaluate the likelihood (likelihood steps plus mixed or fab energy steps; rnvp,"
+            " p4inv) or 1,000 (spline kinds), where the compile (30-70 s) is"
             " won back by ~25-40% faster steps; a failed compile falls back to plain PyTorch."
         )
         + _d("compile"),
