@@ -29,7 +29,9 @@
 # refined by AIS(48) (49 evaluations a sample, the table's budget of 50). One spline seed gave 0.205 clipped raw and
 # 0.718 after AIS(48) at 3,000 steps (21 min on one core), 0.273 and 0.733 at 6,000 (41 min): the test NLL still
 # falls there. Without the decay the train-test NLL gap is 1.05 nats at 2,500 steps (0.20 with it) and the raw
-# reverse ESS 0.079 clipped.
+# reverse ESS 0.079 clipped. ALA4_DENSE_FILE names another tetrapeptide file in DATA:
+# ala4-hbonds-300K-remd-dense-s4.h5 (run/long_runs.sh) holds the X-H bonds, the published rows' target by
+# TA-BG's code (98 flow dims), into OUT/ala4-dense-<file name>.
 # DENSE_KEEP_BEST=1 (with DENSE_WD=0: the weight-decay rows keep them anyway) keeps the best test NLL's
 # weights in the plain dense rows and refines them by AIS(48), into
 # OUT/ala2-dense-best: DENSE_STEPS=32000 with the x4 file is the 32,000-step row (0.808 and 0.818 clipped, 2 seeds;
@@ -44,6 +46,7 @@
 #   bash run/benchmark_300K.sh [OUT] [DATA]
 #   # STEPS=250 SAMPLES=100000 FAB_STEPS=0 FAB_BATCH=2048 FAB_REUSE=4 FAB_LR_SCHEDULE=constant DENSE_STEPS=0
 #   # DENSE_FILE=ala2-300K-remd-dense-x2.h5 DENSE_WD=0 DENSE_KEEP_BEST=0 ONLY_DENSE=0 ALA4_DENSE_STEPS=0 ALA4_DENSE_WD=3
+#   # ALA4_DENSE_FILE=ala4-300K-remd-dense-s4.h5
 set -euo pipefail
 out="${1:-out/benchmark-300K}"
 data="${2:-data}"
@@ -60,6 +63,7 @@ dense_best="${DENSE_KEEP_BEST:-0}"
 only_dense="${ONLY_DENSE:-0}"
 ala4_dense_steps="${ALA4_DENSE_STEPS:-0}"
 ala4_dense_wd="${ALA4_DENSE_WD:-3}"
+ala4_dense_file="${ALA4_DENSE_FILE:-ala4-300K-remd-dense-s4.h5}"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "STEPS must be a positive whole number, got '$steps'" >&2; exit 2; }
 [[ $fab_steps =~ ^[0-9]+$ ]] || { echo "FAB_STEPS must be a whole number, got '$fab_steps'" >&2; exit 2; }
 [[ $dense_steps =~ ^[0-9]+$ ]] || { echo "DENSE_STEPS must be a whole number, got '$dense_steps'" >&2; exit 2; }
@@ -72,6 +76,7 @@ ala4_dense_wd="${ALA4_DENSE_WD:-3}"
 [[ $ala4_dense_wd =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ALA4_DENSE_WD must be a number >= 0, got '$ala4_dense_wd'" >&2; exit 2; }
 [[ $dense_wd =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "DENSE_WD must be a number >= 0, got '$dense_wd'" >&2; exit 2; }
 [[ $dense_file =~ ^[A-Za-z0-9._-]+\.h5$ ]] || { echo "DENSE_FILE must be a file name in DATA ending in .h5, got '$dense_file'" >&2; exit 2; }
+[[ $ala4_dense_file =~ ^[A-Za-z0-9._-]+\.h5$ ]] || { echo "ALA4_DENSE_FILE must be a file name in DATA ending in .h5, got '$ala4_dense_file'" >&2; exit 2; }
 # bgp4 sweep would simulate a missing data file with plain MD: these must be the replica-exchange files
 # name:file:steps:eval every:AIS levels:extra train options
 every() { echo $(( $1 < 5000 ? 50 : 500 )); }
@@ -85,8 +90,10 @@ elif [ "$dense_steps" -gt 0 ] && [[ $dense_wd =~ ^0*(\.0*)?$ ]]; then
 elif [ "$dense_steps" -gt 0 ]; then
   sets+=(ala2-dense-wd"$dense_wd":"$dense_file:$dense_steps:$(every "$dense_steps")":48:"--weight-decay $dense_wd --keep-best")
 fi
+ala4_name=ala4-dense
+[ "$ala4_dense_file" = ala4-300K-remd-dense-s4.h5 ] || ala4_name="ala4-dense-${ala4_dense_file%.h5}"
 [ "$ala4_dense_steps" -eq 0 ] ||
-  sets+=(ala4-dense:ala4-300K-remd-dense-s4.h5:"$ala4_dense_steps":250:48:"--weight-decay $ala4_dense_wd --keep-best")
+  sets+=("$ala4_name:$ala4_dense_file:$ala4_dense_steps":250:48:"--weight-decay $ala4_dense_wd --keep-best")
 [ "${#sets[@]}" -gt 0 ] || { echo "ONLY_DENSE=1 without DENSE_STEPS or ALA4_DENSE_STEPS: nothing to run" >&2; exit 2; }
 for set in "${sets[@]}"; do
   file="${set#*:}"; file="${file%%:*}"
