@@ -48,7 +48,8 @@ class GeneratorKind:
         p4inv: the flow has P4Inv layers (they get a P4InvScheduler in training).
         step_cost: rough cost of one training step per batch frame, relative to rnvp (CPU step
             times of the studies in run/results/); the sweep orders its tasks by it.
-        compile_min_steps: likelihood steps from which `--compile auto` compiles on CPU, about
+        compile_min_steps: steps that evaluate the likelihood (likelihood steps plus mixed or fab
+            energy steps) from which `--compile auto` compiles on CPU, about
             where the compile time (30-70 s) is won back by faster steps (run/bench/bench_flow.py:
             break-even near 2,700-2,900 steps for the RNVP kinds, 600-860 for the spline kinds).
     """

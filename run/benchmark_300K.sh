@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 27: bgp4's rows on the field's 300 K table (no constraints: 60 dims for alanine dipeptide,
-# 120 for the tetrapeptide): maximum-likelihood spline and spline-p4inv generators, 3 seeds each,
+# 120 for the tetrapeptide; the published tetrapeptide holds its X-H bonds, 98, by TA-BG's code):
+# maximum-likelihood spline and spline-p4inv generators, 3 seeds each,
 # raw and refined by AIS (20 levels, or 48 on the tetrapeptide's dense data; independence moves
 # alone), then the table beside the published rows (run/scripts/benchmark_table.py). Study: run/results/benchmark-300K/.
 #
@@ -31,7 +32,7 @@
 # falls there. Without the decay the train-test NLL gap is 1.05 nats at 2,500 steps (0.20 with it) and the raw
 # reverse ESS 0.079 clipped. ALA4_DENSE_FILE names another tetrapeptide file in DATA:
 # ala4-hbonds-300K-remd-dense-s4.h5 (run/long_runs.sh) holds the X-H bonds, the published rows' target by
-# TA-BG's code (98 flow dims), into OUT/ala4-dense-<file name>.
+# TA-BG's code (98 flow dims), into OUT/ala4-dense-<file name without ala4- and .h5>.
 # DENSE_KEEP_BEST=1 (with DENSE_WD=0: the weight-decay rows keep them anyway) keeps the best test NLL's
 # weights in the plain dense rows and refines them by AIS(48), into
 # OUT/ala2-dense-best: DENSE_STEPS=32000 with the x4 file is the 32,000-step row (0.808 and 0.818 clipped, 2 seeds;
@@ -91,7 +92,7 @@ elif [ "$dense_steps" -gt 0 ]; then
   sets+=(ala2-dense-wd"$dense_wd":"$dense_file:$dense_steps:$(every "$dense_steps")":48:"--weight-decay $dense_wd --keep-best")
 fi
 ala4_name=ala4-dense
-[ "$ala4_dense_file" = ala4-300K-remd-dense-s4.h5 ] || ala4_name="ala4-dense-${ala4_dense_file%.h5}"
+[ "$ala4_dense_file" = ala4-300K-remd-dense-s4.h5 ] || { f="${ala4_dense_file%.h5}"; ala4_name="ala4-dense-${f#ala4-}"; }
 [ "$ala4_dense_steps" -eq 0 ] ||
   sets+=("$ala4_name:$ala4_dense_file:$ala4_dense_steps":250:48:"--weight-decay $ala4_dense_wd --keep-best")
 [ "${#sets[@]}" -gt 0 ] || { echo "ONLY_DENSE=1 without DENSE_STEPS or ALA4_DENSE_STEPS: nothing to run" >&2; exit 2; }

@@ -65,7 +65,8 @@ def test_likelihood_sweeps_of_one_molecule_name_their_step_counts(tmp_path):
     for steps in (250, 10000):
         (tmp_path / str(steps) / "report").mkdir(parents=True)
         (tmp_path / str(steps) / "report" / "metrics.json").write_text(json.dumps(_summary()))
-        (tmp_path / str(steps) / "sweep.json").write_text(json.dumps({"train": {"objective": "ml", "steps": steps}}))
+        train = {"objective": "ml", "steps": steps, "data": f"/data/ala2-{steps}.h5"}
+        (tmp_path / str(steps) / "sweep.json").write_text(json.dumps({"train": train}))
         dirs += ["--dipeptide", str(tmp_path / str(steps))]
     done = subprocess.run([sys.executable, str(SCRIPT), *dirs], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -76,6 +77,8 @@ def test_likelihood_sweeps_of_one_molecule_name_their_step_counts(tmp_path):
         "| spline (ml, 10000 steps)",
         "| spline +AIS(20) (ml, 10000 steps)",
     ]
+    # the heading names the data files (another constraint setting is another file, another target)
+    assert "alanine dipeptide (mean over seeds [95 % interval]; data: ala2-10000.h5, ala2-250.h5):" in done.stdout
 
 
 def test_a_likelihood_row_names_its_weight_decay_and_best_weights(tmp_path):

@@ -72,18 +72,19 @@ def test_amber96_is_the_published_tables_dipeptide(md_frames):
 
 
 def test_the_default_tetrapeptide_is_the_one_ta_bgs_code_builds(langevin):
-    """bgp4's tetrapeptide with its defaults (X-H bonds held) is the system of TA-BG's released code,
-    bgmol's MiniPeptide("AAA"): amber99sbildn.xml + amber99_obc.xml, NoCutoff, HBonds; 98 flow dims."""
-    from openmm import app
-
+    """bgp4's tetrapeptide with its defaults (X-H bonds held) has the force field and options of TA-BG's
+    released code, bgmol's MiniPeptide("AAA"): amber99sbildn.xml + amber99_obc.xml, NoCutoff, HBonds
+    (built here on bgp4's topology); 98 flow dims."""
     ours = get_molecule("alanine-tetrapeptide")
-    forcefield = app.ForceField("amber99sbildn.xml", "amber99_obc.xml")
-    theirs = forcefield.createSystem(ours.topology.to_openmm(), nonbondedMethod=app.NoCutoff, constraints=app.HBonds)
+    forcefield = openmm.app.ForceField("amber99sbildn.xml", "amber99_obc.xml")
+    options = dict(nonbondedMethod=openmm.app.NoCutoff, constraints=openmm.app.HBonds)
+    theirs = forcefield.createSystem(ours.topology.to_openmm(), **options)
 
     def pairs(system):
         return sorted(tuple(sorted(system.getConstraintParameters(i)[:2])) for i in range(system.getNumConstraints()))
 
-    assert pairs(theirs) == pairs(ours.system) and len(pairs(ours.system)) == 22
+    assert pairs(theirs) == pairs(ours.system)
+    assert len(pairs(ours.system)) == 22
     frames, _ = langevin(ours, seed=5, n=20, every=50, equilibrate=500)
     np.testing.assert_allclose(_energies(ours.system, frames), _energies(theirs, frames), rtol=0, atol=1e-3)
     assert MixedCoordinateTransform.shell(ours, fix_constrained=True).n_dims == 98

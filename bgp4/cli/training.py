@@ -237,7 +237,7 @@ def train(
         None,
         "--compile",
         help=(
-            "torch.compile the likelihood step: auto|on|off. auto compiles CPU runs with at least 3,000"
+            "torch.compile the likelihood step: auto|on|off. auto compiles CPU runs with MD data and at least 3,000"
             " steps that evaluate the likelihood (likelihood steps plus mixed or fab energy steps; rnvp,"
             " p4inv) or 1,000 (spline kinds), where the compile (30-70 s) is"
             " won back by ~25-40% faster steps; a failed compile falls back to plain PyTorch."
