@@ -56,7 +56,8 @@ dense_run 7
 [ -f "$out/ala2-300K-remd-dense-x4.h5" ] || bgp4 merge \
   "$out/ala2-300K-remd-dense-x4.h5" "$out"/ala2-300K-remd-dense-s{4,5,6,7}.h5
 # A fifth seed, kept out of every training file: the held-out run the TV target is scored against
-# (run/results/benchmark-300K, "The TV target against a fifth, held-out run"). 1 h 41 min on one core.
+# (run/results/benchmark-300K, "The TV target against a fifth, held-out run"). 1 h 41 min on one core
+# beside a replica exchange.
 dense_run 8
 
 # Issue 27: alanine tetrapeptide at 300 K without constraints (120 flow dims), replica exchange over

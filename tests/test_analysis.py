@@ -347,3 +347,10 @@ def test_ramachandran_tv_script_scores_files_against_a_reference(md_frames, mole
     assert "a.h5 (2000): TV 0.0000;" in out
     assert f"b.h5 (1000): TV {tv:.4f}, reweighted {tv_w:.4f};" in out and tv > 0 and tv_w != tv
     assert f"floor at 500: TV {analysis.ramachandran_floor(phi, psi, 500)[1]:.4f}" in out
+    # subsamples of all of a file's frames are the file itself; of more frames than it has, none
+    script.main([str(first), str(second), "--subsample", "1000", "--repeats", "2"])
+    assert f"2 random subsamples of 1000: TV {tv:.4f}, {tv:.4f}; mean {tv:.4f}" in capsys.readouterr().out
+    script.main([str(first), str(second), "--subsample", "1500"])
+    assert "no subsamples: 1000 frames, fewer than 1500" in capsys.readouterr().out
+    tvs = script.subsample_tvs(phi, psi, phi_b, psi_b, phi_b.size, 2)
+    np.testing.assert_allclose(tvs, tv)  # every frame, in any order: the file's own TV

@@ -36,11 +36,11 @@ def by_count(log_w: np.ndarray, count: int) -> dict[str, np.ndarray]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+")
     parser.add_argument("--counts", type=int, nargs="+", default=[20_000, 100_000])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for path in args.files:
         log_w = log_weights_of(path)
         print(f"{path}: all {log_w.size}: plain {reverse_ess(log_w):.4f}, clipped {clipped_reverse_ess(log_w):.4f}")

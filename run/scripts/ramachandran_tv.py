@@ -10,7 +10,8 @@ importance weights. `--floor N` prints REF's sampling floor at N frames (`ramach
 random N-frame subsample of REF against its other frames, which ignores time correlation; two
 independent MD runs scored against each other include it). `--subsample N` also scores K random
 N-frame subsamples of each OTHER (no replacement, seeded): against REF, that is the floor of an
-independent sampler of OTHER's distribution, the one a generator of N samples is held to.
+independent sampler of OTHER's distribution, the one a generator of N samples is held to (the
+subsamples are unweighted; an OTHER with fewer than N frames is said to be too small).
 Why: at 20,000 samples no TV can fall below about 0.08, so the field's published 1e-2 needs
 sample counts of MD's size to be judged (run/results/benchmark-300K, "The TV target at MD-sized sample counts").
 """
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--subsample", type=int, default=0, help="also score random subsamples of this size")
     parser.add_argument("--repeats", type=int, default=5, help="subsamples of each OTHER (default 5)")
     args = parser.parse_args(argv)
+    if args.subsample < 0 or args.repeats < 1:
+        parser.error("--subsample must be >= 0 and --repeats >= 1")
     phi, psi, _, molecule = angles(args.ref)
     print(f"{args.ref} ({phi.size} frames): P(phi > 0) {np.mean(phi > 0):.4f}; 64 x 64 bins")
     for n in args.floor:
@@ -70,7 +73,9 @@ def main(argv: list[str] | None = None) -> None:
         if weights is not None:
             line += f", reweighted {ramachandran_tv(phi, psi, o_phi, o_psi, weights=weights):.4f}"
         print(line + f"; P(phi > 0) {np.mean(o_phi > 0):.4f}")
-        if 0 < args.subsample <= o_phi.size:
+        if args.subsample > o_phi.size:
+            print(f"    no subsamples: {o_phi.size} frames, fewer than {args.subsample}")
+        elif args.subsample > 0:
             tvs = subsample_tvs(phi, psi, o_phi, o_psi, args.subsample, args.repeats)
             tv_list = ", ".join(f"{tv:.4f}" for tv in tvs)
             print(f"    {args.repeats} random subsamples of {args.subsample}: TV {tv_list}; mean {tvs.mean():.4f}")
