@@ -263,16 +263,21 @@ def test_remd_check_script_compares_with_plain_md(tiny_run, tmp_path):
     assert c["difference"] == pytest.approx(first["p_phi_positive"] - second["p_phi_positive"])
 
 
-def test_umbrella_mbar_recovers_a_known_p_phi_positive():
-    """run/scripts/umbrella_phi.py's MBAR step on exact samples of a known density on the circle,
-    each window's drawn under its own bias: P(phi > 0) comes back within its error."""
+def _umbrella_script():
+    """run/scripts/umbrella_phi.py as a module."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "run" / "scripts" / "umbrella_phi.py"
     spec = importlib.util.spec_from_file_location("umbrella_phi", path)
     umbrella = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(umbrella)
+    return umbrella
 
+
+def test_umbrella_mbar_recovers_a_known_p_phi_positive():
+    """run/scripts/umbrella_phi.py's MBAR step on exact samples of a known density on the circle,
+    each window's drawn under its own bias: P(phi > 0) comes back within its error."""
+    umbrella = _umbrella_script()
     kT, k, windows = 2.5, 100.0, 24  # kJ/mol, kJ/mol/rad^2
     grid = np.linspace(-np.pi, np.pi, 36_001)[:-1]
     u = 3.0 * np.cos(grid) + 1.5 * np.cos(2.0 * (grid + 1.0))  # in kT: two basins, one of them at phi > 0
@@ -288,6 +293,21 @@ def test_umbrella_mbar_recovers_a_known_p_phi_positive():
     p, se = umbrella.mbar_p_positive(samples, k, kT)
     assert 0.05 < truth < 0.5 and 0 < se < 0.02
     assert abs(p - truth) < 4 * se
+
+
+def test_umbrella_windows_of_another_run_are_refused(tmp_path):
+    """A work folder keeps its run's settings: windows of other --ps, --k or --seed never mix,
+    and seed 17 keeps the first runs' velocity seeds while other seeds get their own."""
+    umbrella = _umbrella_script()
+    data = SimpleNamespace(molecule=lambda: None, settings={})
+    (tmp_path / "umbrella.json").write_text('{"windows": 72, "ps": 250.0, "k": 400.0, "seed": 17}')
+    with pytest.raises(SystemExit, match="holds windows of another run"):
+        umbrella.run_windows(data, tmp_path, 72, 1000.0, 400.0, seed=17)
+    with pytest.raises(SystemExit, match="holds windows of another run"):
+        umbrella.run_windows(data, tmp_path, 72, 250.0, 400.0, seed=18)
+    assert umbrella.velocity_seed(17, 5) == 105
+    seeds = {umbrella.velocity_seed(seed, w) for seed in (0, 1, 16, 17, 18, 40) for w in range(72)}
+    assert len(seeds) == 6 * 72 and min(seeds) > 0
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """P(phi > 0) at a data file's temperature by umbrella sampling along phi and MBAR: a check of
 replica-exchange data where plain MD is too slow to cross.
 
-    python run/scripts/umbrella_phi.py DATA.h5 --out WORK [--windows 72] [--ps 250] [--k 400] [--json F]
+    python run/scripts/umbrella_phi.py DATA.h5 --out WORK [--windows 72] [--ps 250] [--k 400] [--seed 17]
+        [--first-ps T] [--json F]
 
 DATA.h5 gives the molecule, its system (force field, solvent, constraints), the temperature, the
 time step and the friction. Window i restrains the molecule's phi (bgp4's `Molecule.phi`, the
@@ -12,15 +13,20 @@ every ps. Each window starts where the one before ended, so the restraint walks 
 circle. MBAR (pymbar) on the samples of every window, each thinned to its statistical
 inefficiency, gives the unbiased P(phi > 0) with its standard error, and dF = -ln(P / (1 - P)) in kT.
 Then DATA.h5's own P(phi > 0) (block standard error, 20 blocks) and z = difference / combined error.
+--seed sets the Langevin noise and the windows' initial velocities (another seed: another walk);
+--first-ps T also gives the estimate from each window's first T ps alone, to see whether slow
+degrees of freedom (psi) relax within a window: if the estimate moves with the window length, the
+shorter windows were too short.
 
 The restraint must hold phi on the steep side of the barrier near phi = 120-140 degrees: with
 k = 100 and 36 windows no window sampled it, and the dipeptide's P(phi > 0) at 300 K came out
 0.027 +- 0.005; with the defaults (k = 400, 72 windows, 5 degrees apart) every window overlaps its
 neighbours and it was 0.012 +- 0.003 (run/results/benchmark-300K).
 
-WORK holds one file per finished window (`window-NNN.npz`: phi and psi in rad, final positions in nm); a
-rerun after a kill goes on from the last finished window. One window of the dipeptide (0.27 ns)
-takes about 10 s on one core (72 windows: 19 ns of MD, 11 min).
+WORK holds its settings (`umbrella.json`; WORK of another run is refused) and one file per
+finished window (`window-NNN.npz`: phi and psi in rad, final positions in nm); a rerun after a kill
+goes on from the last finished window. One window of the dipeptide (0.27 ns) takes about 10 s on
+one core (72 windows: 19 ns of MD, 11 min).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ __all__ = ["biased_context", "run_windows", "mbar_p_positive", "main"]
 EQUILIBRATION_PS = 20.0
 
 
-def biased_context(molecule, settings: dict, k: float) -> openmm.Context:
+def biased_context(molecule, settings: dict, k: float, seed: int = 17) -> openmm.Context:
     """The data file's system with a periodic harmonic restraint on phi (centre: parameter phi0, rad)."""
     system = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(molecule.system))
     restraint = openmm.CustomTorsionForce(
@@ -56,15 +62,24 @@ def biased_context(molecule, settings: dict, k: float) -> openmm.Context:
     integrator = openmm.LangevinMiddleIntegrator(
         settings["temperature"], settings["friction"], settings["timestep_fs"] / 1000.0
     )
-    integrator.setRandomNumberSeed(17)
+    integrator.setRandomNumberSeed(seed)
     return openmm.Context(system, integrator, openmm.Platform.getPlatformByName("Reference"))
 
 
-def run_windows(data, out: Path, windows: int, ps: float, k: float) -> list[np.ndarray]:
+def velocity_seed(seed: int, window: int) -> int:
+    """The initial velocities' seed of a window (seed 17, the first runs': 100 + window)."""
+    return 100 + window + 1000 * (seed - 17) if seed >= 17 else 1_000_000 + 1000 * seed + window
+
+
+def run_windows(data, out: Path, windows: int, ps: float, k: float, seed: int = 17) -> list[np.ndarray]:
     """phi samples (rad) of every window, running those that are not in `out` yet."""
     molecule, settings = data.molecule(), data.settings
     out.mkdir(parents=True, exist_ok=True)
-    context = biased_context(molecule, settings, k)
+    mine, record = {"windows": windows, "ps": ps, "k": k, "seed": seed}, out / "umbrella.json"
+    if record.exists() and json.loads(record.read_text()) != mine:  # windows of another run must not mix
+        raise SystemExit(f"{out} holds windows of another run ({record.read_text().strip()}): use another --out")
+    record.write_text(json.dumps(mine))
+    context = biased_context(molecule, settings, k, seed)
     steps_per_ps = round(1000.0 / settings["timestep_fs"])
     positions, samples = data.xyz[0].astype(np.float64), []
     for i in tqdm(range(windows), desc="umbrella windows", unit="window"):
@@ -72,7 +87,7 @@ def run_windows(data, out: Path, windows: int, ps: float, k: float) -> list[np.n
         if not path.exists():
             context.setParameter("phi0", math.radians(-180.0 + 360.0 * i / windows))
             context.setPositions(positions)
-            context.setVelocitiesToTemperature(settings["temperature"], 100 + i)
+            context.setVelocitiesToTemperature(settings["temperature"], velocity_seed(seed, i))
             context.getIntegrator().step(round(EQUILIBRATION_PS * steps_per_ps))
             kept = []
             for _ in range(round(ps)):
@@ -111,10 +126,14 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=72, help="windows round the circle")
     parser.add_argument("--ps", type=float, default=250.0, help="ps of MD per window after 20 ps of equilibration")
     parser.add_argument("--k", type=float, default=400.0, help="restraint force constant, kJ/mol/rad^2")
+    parser.add_argument("--seed", type=int, default=17, help="seed of the Langevin noise and initial velocities (>= 0)")
+    parser.add_argument("--first-ps", type=float, help="also the estimate from each window's first FIRST_PS ps")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
+    if args.seed < 0 or (args.first_ps is not None and not 0 < args.first_ps < args.ps):
+        parser.error("--seed must be >= 0 and --first-ps between 0 and --ps")
     data = load_trajectory(args.data, extras=("replica",))
-    samples = run_windows(data, args.out, args.windows, args.ps, args.k)
+    samples = run_windows(data, args.out, args.windows, args.ps, args.k, args.seed)
     p, p_se = mbar_p_positive(samples, args.k, kT(data.settings["temperature"]))
     phi, _ = backbone_dihedrals(data.xyz, data.molecule())
     positive = (phi > 0).astype(float)
@@ -122,6 +141,7 @@ def main() -> None:
     z = (q - p) / math.hypot(p_se, q_se)
     result = {
         "umbrella": {"p_phi_positive": p, "se": p_se, "dF_kT": -math.log(p / (1 - p)), "windows": args.windows},
+        "settings": {"ps": args.ps, "k": args.k, "seed": args.seed},
         "umbrella_ns": args.windows * (args.ps + EQUILIBRATION_PS) / 1000.0,
         "data": {"file": str(args.data), "p_phi_positive": q, "se": q_se},
         "z": z,
@@ -131,6 +151,11 @@ def main() -> None:
         f"+- {p_se:.4f}, dF = {result['umbrella']['dF_kT']:.2f} kT; {args.data.name}: {q:.4f} +- {q_se:.4f}; "
         f"z = {z:+.2f} ({'agree within 2 SE' if abs(z) < 2 else 'DIFFER by more than 2 SE'})"
     )
+    if args.first_ps is not None:  # phi is kept once a ps
+        first = [w[: round(args.first_ps)] for w in samples]
+        p1, p1_se = mbar_p_positive(first, args.k, kT(data.settings["temperature"]))
+        result["first_ps"] = {"ps": args.first_ps, "p_phi_positive": p1, "se": p1_se}
+        print(f"  from each window's first {args.first_ps:g} ps alone: P(phi > 0) = {p1:.4f} +- {p1_se:.4f}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
