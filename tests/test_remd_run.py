@@ -296,18 +296,32 @@ def test_umbrella_mbar_recovers_a_known_p_phi_positive():
 
 
 def test_umbrella_windows_of_another_run_are_refused(tmp_path):
-    """A work folder keeps its run's settings: windows of other --ps, --k or --seed never mix,
-    and seed 17 keeps the first runs' velocity seeds while other seeds get their own."""
+    """A work folder keeps its run's settings and target: windows of another --ps, --k, --seed or
+    data file, or windows without a record, are refused; the same run goes on. Velocity seeds are
+    distinct over the allowed seeds, within OpenMM's int32, and seed 17 keeps the first runs'."""
     umbrella = _umbrella_script()
-    data = SimpleNamespace(molecule=lambda: None, settings={})
-    (tmp_path / "umbrella.json").write_text('{"windows": 72, "ps": 250.0, "k": 400.0, "seed": 17}')
-    with pytest.raises(SystemExit, match="holds windows of another run"):
-        umbrella.run_windows(data, tmp_path, 72, 1000.0, 400.0, seed=17)
-    with pytest.raises(SystemExit, match="holds windows of another run"):
-        umbrella.run_windows(data, tmp_path, 72, 250.0, 400.0, seed=18)
+    target = {"molecule": "alanine-dipeptide", "temperature": 300.0, "timestep_fs": 1.0}
+    data = SimpleNamespace(molecule=lambda: None, settings=target)
+    run = dict(windows=72, ps=1000.0, k=400.0, seed=18)
+    with pytest.raises(AttributeError):  # the record is written; then the (absent) molecule is used
+        umbrella.run_windows(data, tmp_path, **run)
+    record = (tmp_path / "umbrella.json").read_text()
+    assert '"seed": 18' in record and '"temperature": 300.0' in record
+    with pytest.raises(AttributeError):  # the same run again: accepted, it goes on
+        umbrella.run_windows(data, tmp_path, **run)
+    other_data = SimpleNamespace(molecule=lambda: None, settings={**target, "temperature": 600.0})
+    for change, d in ((dict(ps=250.0), data), (dict(k=100.0), data), (dict(seed=19), data), ({}, other_data)):
+        with pytest.raises(SystemExit, match="holds windows of another run"):
+            umbrella.run_windows(d, tmp_path, **{**run, **change})
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "window-000.npz").write_bytes(b"")
+    with pytest.raises(SystemExit, match="without a record"):
+        umbrella.run_windows(data, old, **run)
     assert umbrella.velocity_seed(17, 5) == 105
-    seeds = {umbrella.velocity_seed(seed, w) for seed in (0, 1, 16, 17, 18, 40) for w in range(72)}
-    assert len(seeds) == 6 * 72 and min(seeds) > 0
+    seeds = [1, 2, 16, 17, 18, 1017, umbrella.MAX_SEED]
+    drawn = {umbrella.velocity_seed(seed, w) for seed in seeds for w in range(umbrella.MAX_WINDOWS)}
+    assert len(drawn) == len(seeds) * umbrella.MAX_WINDOWS and 0 < min(drawn) and max(drawn) < 2**31
 
 
 @pytest.mark.slow

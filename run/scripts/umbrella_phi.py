@@ -16,21 +16,22 @@ Then DATA.h5's own P(phi > 0) (block standard error, 20 blocks) and z = differen
 --seed sets the Langevin noise and the windows' initial velocities (another seed: another walk);
 --first-ps T also gives the estimate from each window's first T ps alone, to see whether slow
 degrees of freedom (psi) relax within a window: if the estimate moves with the window length, the
-shorter windows were too short.
+shorter windows were too short (it is a subset of the same walk: a hint, not an independent check).
 
 The restraint must hold phi on the steep side of the barrier near phi = 120-140 degrees: with
 k = 100 and 36 windows no window sampled it, and the dipeptide's P(phi > 0) at 300 K came out
 0.027 +- 0.005; with k = 400 and 72 windows (5 degrees apart) every window overlaps its neighbours.
-The windows must also be long enough for psi to settle: near the barriers (phi = 0-15 and
-130-150 degrees) psi changes side only 0-20 times a nanosecond. With 250 ps windows the estimate
-was 0.012 +- 0.003 (one walk) and 0.017 +- 0.005 (another walk's first 250 ps), with 1,000 ps
-0.022 +- 0.003, which the replica exchange and the reweighted generators confirm
-(run/results/benchmark-300K): hence the 1,000 ps default.
+The windows must also be long enough for psi to settle: in several windows near the barriers
+(phi = 0-15 and 140-150 degrees) psi changed side only 2-5 times in a nanosecond (frames 1 ps
+apart). With 250 ps windows the estimate was 0.012 +- 0.003 (one walk) and 0.017 +- 0.005 (another
+walk's first 250 ps), with 1,000 ps 0.022 +- 0.003, which agrees with the replica exchange and the
+reweighted generators (run/results/benchmark-300K): hence the 1,000 ps default.
 
-WORK holds its settings (`umbrella.json`; WORK of another run is refused) and one file per
-finished window (`window-NNN.npz`: phi and psi in rad, final positions in nm); a rerun after a kill
-goes on from the last finished window. One window of the dipeptide (1.02 ns) takes about 35 s on
-a free core (72 windows: 73 ns of MD, 42 min).
+WORK holds the run's settings and target (`umbrella.json`; the WORK of another run, or windows
+without such a record, are refused) and one file per finished window (`window-NNN.npz`: phi and
+psi in rad, final positions in nm); a rerun after a kill goes on from the last finished window
+(with the noise reseeded: a valid walk, not the frames an unbroken one would give). One window of
+the dipeptide (1.02 ns) takes about 35 s on a free core (72 windows: 73 ns of MD, 42 min).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from bgp4.analysis.estimators import N_BLOCKS, backbone_dihedrals, block_standar
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import kT
 
-__all__ = ["biased_context", "run_windows", "mbar_p_positive", "main"]
+__all__ = ["biased_context", "velocity_seed", "run_windows", "mbar_p_positive", "main"]
 
 EQUILIBRATION_PS = 20.0
 
@@ -70,19 +71,34 @@ def biased_context(molecule, settings: dict, k: float, seed: int = 17) -> openmm
     return openmm.Context(system, integrator, openmm.Platform.getPlatformByName("Reference"))
 
 
+TARGET_KEYS = ("molecule", "forcefield", "solvent", "constraints", "temperature", "timestep_fs", "friction")
+MAX_SEED, MAX_WINDOWS = 1_000_000, 900  # every velocity seed distinct and within OpenMM's int32
+
+
 def velocity_seed(seed: int, window: int) -> int:
-    """The initial velocities' seed of a window (seed 17, the first runs': 100 + window)."""
-    return 100 + window + 1000 * (seed - 17) if seed >= 17 else 1_000_000 + 1000 * seed + window
+    """The initial velocities' seed of a window, distinct for every seed in 1..MAX_SEED and window
+    below MAX_WINDOWS (seed 17, the first runs': 100 + window)."""
+    return 100 + window + 1000 * (seed - 17) if seed >= 17 else 1_500_000_000 + 1000 * seed + window
+
+
+def _record(out: Path, mine: dict) -> None:
+    """Keep the run's settings in `out`, refusing a folder of another run (or of an older script
+    that kept none) so that windows of different runs never mix."""
+    record = out / "umbrella.json"
+    if record.exists():
+        if json.loads(record.read_text()) != mine:
+            raise SystemExit(f"{out} holds windows of another run ({record.read_text().strip()}): use another --out")
+    elif any(out.glob("window-*.npz")):
+        raise SystemExit(f"{out} holds windows without a record of their settings: use another --out")
+    record.write_text(json.dumps(mine) + "\n")
 
 
 def run_windows(data, out: Path, windows: int, ps: float, k: float, seed: int = 17) -> list[np.ndarray]:
     """phi samples (rad) of every window, running those that are not in `out` yet."""
     molecule, settings = data.molecule(), data.settings
     out.mkdir(parents=True, exist_ok=True)
-    mine, record = {"windows": windows, "ps": ps, "k": k, "seed": seed}, out / "umbrella.json"
-    if record.exists() and json.loads(record.read_text()) != mine:  # windows of another run must not mix
-        raise SystemExit(f"{out} holds windows of another run ({record.read_text().strip()}): use another --out")
-    record.write_text(json.dumps(mine))
+    system = {key: settings.get(key) for key in TARGET_KEYS}
+    _record(out, {"windows": windows, "ps": ps, "k": k, "seed": seed, "data": system})
     context = biased_context(molecule, settings, k, seed)
     steps_per_ps = round(1000.0 / settings["timestep_fs"])
     positions, samples = data.xyz[0].astype(np.float64), []
@@ -102,6 +118,8 @@ def run_windows(data, out: Path, windows: int, ps: float, k: float, seed: int = 
             np.savez(tmp, phi=phi, psi=psi, positions=kept[-1])
             tmp.rename(path)
         window = np.load(path)
+        if len(window["phi"]) != round(ps):  # phi is kept once a ps
+            raise SystemExit(f"{path} holds {len(window['phi'])} ps, not {round(ps)}: use another --out")
         positions = window["positions"]
         samples.append(window["phi"])
     return samples
@@ -130,12 +148,16 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=72, help="windows round the circle")
     parser.add_argument("--ps", type=float, default=1000.0, help="ps of MD per window after 20 ps of equilibration")
     parser.add_argument("--k", type=float, default=400.0, help="restraint force constant, kJ/mol/rad^2")
-    parser.add_argument("--seed", type=int, default=17, help="seed of the Langevin noise and initial velocities (>= 0)")
-    parser.add_argument("--first-ps", type=float, help="also the estimate from each window's first FIRST_PS ps")
+    parser.add_argument("--seed", type=int, default=17, help=f"seed of the Langevin noise and velocities, 1-{MAX_SEED}")
+    parser.add_argument("--first-ps", type=int, help="also the estimate from each window's first FIRST_PS ps")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
-    if args.seed < 0 or (args.first_ps is not None and not 0 < args.first_ps < args.ps):
-        parser.error("--seed must be >= 0 and --first-ps between 0 and --ps")
+    if not 1 <= args.seed <= MAX_SEED:  # OpenMM reads seed 0 as "a new seed each time"
+        parser.error(f"--seed must be 1-{MAX_SEED}, got {args.seed}")
+    if not 1 <= args.windows <= MAX_WINDOWS:
+        parser.error(f"--windows must be 1-{MAX_WINDOWS}, got {args.windows}")
+    if args.first_ps is not None and not 1 <= args.first_ps < args.ps:
+        parser.error(f"--first-ps must be a whole number of ps from 1 to below --ps, got {args.first_ps}")
     data = load_trajectory(args.data, extras=("replica",))
     samples = run_windows(data, args.out, args.windows, args.ps, args.k, args.seed)
     p, p_se = mbar_p_positive(samples, args.k, kT(data.settings["temperature"]))
@@ -156,7 +178,7 @@ def main() -> None:
         f"z = {z:+.2f} ({'agree within 2 SE' if abs(z) < 2 else 'DIFFER by more than 2 SE'})"
     )
     if args.first_ps is not None:  # phi is kept once a ps
-        first = [w[: round(args.first_ps)] for w in samples]
+        first = [w[: args.first_ps] for w in samples]
         p1, p1_se = mbar_p_positive(first, args.k, kT(data.settings["temperature"]))
         result["first_ps"] = {"ps": args.first_ps, "p_phi_positive": p1, "se": p1_se}
         print(f"  from each window's first {args.first_ps:g} ps alone: P(phi > 0) = {p1:.4f} +- {p1_se:.4f}")
