@@ -15,6 +15,7 @@ import mdtraj
 import numpy as np
 import openmm
 import pytest
+from _cli_helpers import start_cli
 
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation._records import STATE_FILE
@@ -118,17 +119,6 @@ def test_partial_run_resumes_shorter_as_a_fresh_run_of_that_length(tmp_path):
     np.testing.assert_array_equal(resized.xyz, fresh.xyz)
 
 
-def _cli(*args: str, cwd: Path, **popen) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bgp4.cli", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **popen,
-    )
-
-
 def _stat(pid: int | str) -> list[str]:
     """Fields of /proc/PID/stat after the command name: state, parent pid, ...; [] once it is gone."""
     try:
@@ -172,14 +162,14 @@ def test_resume_after_sigkill_gives_exact_frames(tmp_path):
     out = tmp_path / "run.h5"
     size = ("--frames", "12000", "--replicas", "2", "--equilibration-ps", "1", "--platform", "Reference")
     args = ("simulate", "--out", str(out), *size, "--quiet")
-    proc = _cli(*args, cwd=tmp_path)
+    proc = start_cli(*args, cwd=tmp_path)
     _wait_for_frames(tmp_path / "run.h5.partial", 1, 2000)
     replicas = _children(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not out.exists()
     assert len(replicas) == 2 and _gone(replicas)  # the replicas died with their parent
-    finished = _cli(*args, cwd=tmp_path)
+    finished = start_cli(*args, cwd=tmp_path)
     _, err = finished.communicate(timeout=300)
     assert finished.returncode == 0, err
     assert not (tmp_path / "run.h5.partial").exists()
@@ -197,7 +187,7 @@ def test_ctrl_c_stops_the_replicas_and_a_rerun_resumes(tmp_path):
     args = ("simulate", "--out", str(out), "--frames", "20000", "--replicas", "2", "--equilibration-ps", "1", "--quiet")
     # Ctrl-C in a terminal signals the whole process group; SIGINT as Python installs it, even
     # when the tests themselves run with it ignored (a background job).
-    proc = _cli(
+    proc = start_cli(
         *args, cwd=tmp_path, start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     )
     _wait_for_frames(tmp_path / "run.h5.partial", 2, 2000)
@@ -207,7 +197,7 @@ def test_ctrl_c_stops_the_replicas_and_a_rerun_resumes(tmp_path):
     assert proc.returncode == 130 and "rerun the same command to resume" in err and len(err.strip().splitlines()) == 1
     assert len(replicas) == 2 and _gone(replicas)
     assert not out.exists()
-    finished = _cli(*args, cwd=tmp_path)
+    finished = start_cli(*args, cwd=tmp_path)
     _, err = finished.communicate(timeout=300)
     assert finished.returncode == 0, err
     data = load_trajectory(out, 22, extras=("replica",))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli_helpers import start_cli
 
 from bgp4.settings import TrainSettings
 
@@ -29,14 +30,7 @@ def _start_sweep(tmp_path, data_file, config, models: str, steps: int, **popen) 
     """`bgp4 sweep` of 2 seeds of `models` into tmp_path/s, in a child process with piped output."""
     args = ["sweep", "--data", str(data_file), "--out", "s", "--models", models, "--seeds", "2"]
     args += ["--config", str(config), *_tiny_with_steps(steps)]
-    return subprocess.Popen(
-        [sys.executable, "-m", "bgp4.cli", *args],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **popen,
-    )
+    return start_cli(*args, cwd=tmp_path, **popen)
 
 
 TINY_PARTS = _tiny_with_steps(300)  # 4 parts per run
