@@ -21,11 +21,13 @@ shorter windows were too short (it is a subset of the same walk: a hint, not an 
 The restraint must hold phi on the steep side of the barrier near phi = 120-140 degrees: with
 k = 100 and 36 windows no window sampled it, and the dipeptide's P(phi > 0) at 300 K came out
 0.027 +- 0.005; with k = 400 and 72 windows (5 degrees apart) every window overlaps its neighbours.
-The windows must also be long enough for psi to settle: in several windows near the barriers
-(phi = 0-15 and 140-150 degrees) psi changed side only 2-5 times in a nanosecond (frames 1 ps
-apart). With 250 ps windows the estimate was 0.012 +- 0.003 (one walk) and 0.017 +- 0.005 (another
-walk's first 250 ps), with 1,000 ps 0.022 +- 0.003, which agrees with the replica exchange and the
-reweighted generators (run/results/benchmark-300K): hence the 1,000 ps default.
+The windows must also let psi settle, and along phi alone they do not: near the barriers (phi =
+0-50 and 130-175 degrees) psi changes side a few times a nanosecond or not at all, so the walk
+carries its psi from window to window and MBAR, which sees only phi, cannot correct for it. With
+250 ps windows one walk gave 0.012 +- 0.003; with 1,000 ps two walks (seeds 18, 19) gave 0.022 +-
+0.003 and 0.0015 +- 0.0002, 7 of their combined errors apart, the second with psi held on one side
+through phi = 15-50 degrees (run/results/benchmark-300K). The standard error of one walk does not
+see this: compare walks, and prefer run/scripts/metad_phi.py, which biases psi as well.
 
 WORK holds the run's settings and target (`umbrella.json`; the WORK of another run, or windows
 without such a record, are refused) and one file per finished window (`window-NNN.npz`: phi and
@@ -49,7 +51,7 @@ from bgp4.analysis.estimators import N_BLOCKS, backbone_dihedrals, block_standar
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import kT
 
-__all__ = ["biased_context", "velocity_seed", "run_windows", "mbar_p_positive", "main"]
+__all__ = ["biased_context", "velocity_seed", "run_windows", "mbar_p_positive", "windows_mbar", "main"]
 
 EQUILIBRATION_PS = 20.0
 
@@ -127,6 +129,14 @@ def run_windows(data, out: Path, windows: int, ps: float, k: float, seed: int = 
 
 def mbar_p_positive(samples: list[np.ndarray], k: float, kt: float) -> tuple[float, float]:
     """Unbiased P(phi > 0) and its standard error from the windows' phi samples (MBAR)."""
+    mbar, phi = windows_mbar(samples, k, kt)
+    result = mbar.compute_expectations((phi > 0).astype(float), u_kn=np.zeros(phi.size))
+    return float(np.ravel(result["mu"])[0]), float(np.ravel(result["sigma"])[0])
+
+
+def windows_mbar(samples: list[np.ndarray], k: float, kt: float):
+    """pymbar's MBAR over the windows' phi samples, each thinned to its statistical inefficiency,
+    and those samples (rad); `mbar.f_k` are the windows' free energies (kT)."""
     from pymbar import MBAR, timeseries
 
     windows = len(samples)
@@ -136,9 +146,7 @@ def mbar_p_positive(samples: list[np.ndarray], k: float, kt: float) -> tuple[flo
     d = np.abs(phi[None, :] - centres[:, None])
     d = np.minimum(d, 2 * np.pi - d)
     u_kn = 0.5 * k * d**2 / kt  # kt: kJ/mol; the unbiased energy is common to every window and cancels
-    mbar = MBAR(u_kn, np.array([len(s) for s in thinned]))
-    result = mbar.compute_expectations((phi > 0).astype(float), u_kn=np.zeros(phi.size))
-    return float(np.ravel(result["mu"])[0]), float(np.ravel(result["sigma"])[0])
+    return MBAR(u_kn, np.array([len(s) for s in thinned])), phi
 
 
 def main() -> None:

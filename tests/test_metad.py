@@ -1,0 +1,72 @@
+"""run/scripts/metad_phi.py: P(phi > 0) from a metadynamics free energy, and a walk that stops and
+goes on (OpenMM's Metadynamics on the Reference platform)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bgp4.simulation.data import load_trajectory
+
+
+def _metad_script():
+    path = Path(__file__).resolve().parents[1] / "run" / "scripts" / "metad_phi.py"
+    spec = importlib.util.spec_from_file_location("metad_phi", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_p_phi_positive_of_a_grid_free_energy():
+    """The share of exp(-F / kT) at phi > 0 on OpenMM's grid (axis 1: phi), whatever psi does; the
+    points on phi = 0 and -180 degrees count half."""
+    metad = _metad_script()
+    kt, n = 2.5, 90
+    axis = -np.pi + 2 * np.pi * np.arange(n) / n
+    psi, phi = np.meshgrid(axis, axis, indexing="ij")
+    f = kt * (2.0 * np.cos(phi + 0.7) + np.sin(psi) ** 2)  # kJ/mol: the psi term factors out
+    marginal = np.exp(-2.0 * np.cos(axis + 0.7))
+    weight = np.where(axis > 0, 1.0, 0.0)
+    weight[[0, n // 2]] = 0.5
+    assert metad.p_phi_positive(f, kt) == pytest.approx((marginal * weight).sum() / marginal.sum())
+    assert metad.p_phi_positive(np.zeros((n, n)), kt) == pytest.approx(0.5)
+    assert metad.p_phi_positive(f + 100.0, kt) == pytest.approx(metad.p_phi_positive(f, kt))
+
+
+def _args(**changes) -> argparse.Namespace:
+    base = dict(ns=0.01, seed=3, bias_factor=6.0, height=1.0, width=20.0, pace=100, chunk_ps=5.0)
+    return argparse.Namespace(**{**base, **changes})
+
+
+def test_a_walk_goes_on_after_a_stop_and_other_settings_are_refused(md_file, tmp_path):
+    """Two chunks, then the same run asked for four: it goes on from its state and bias (one bias
+    file per start, the first one's Gaussians kept), P after every chunk in [0, 1]; a run of other
+    settings in the same folder is refused, and so are chunks without a record."""
+    metad = _metad_script()
+    data = load_trajectory(md_file)
+    work = tmp_path / "walk"
+    p, history = metad.run(data, work, _args())
+    assert len(history) == 2 and 0.0 <= p <= 1.0
+    first_bias = {f.name: np.load(f) for f in (work / "bias").glob("bias_*.npy")}
+    assert len(first_bias) == 1 and next(iter(first_bias.values())).max() > 0
+    p, history2 = metad.run(data, work, _args(ns=0.02))
+    assert history2[:2] == history and len(history2) == 4
+    assert all(0.0 <= h[1] <= 1.0 for h in history2) and history2[-1][0] == pytest.approx(0.02)
+    cv = [np.load(work / f"cv-{i:05d}.npz")["phi_psi"] for i in range(4)]
+    assert all(c.shape == (5, 2) and np.all(np.abs(c) <= np.pi) for c in cv)
+    assert len(list((work / "bias").glob("bias_*.npy"))) == 2
+    for name, bias in first_bias.items():
+        np.testing.assert_array_equal(np.load(work / "bias" / name), bias)
+    record = json.loads((work / "metad.json").read_text())
+    assert record["pace"] == 100 and record["data"]["temperature"] == data.settings["temperature"]
+    with pytest.raises(SystemExit, match="other settings"):
+        metad.run(data, work, _args(pace=200))
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "cv-00000.npz").write_bytes(b"")
+    with pytest.raises(SystemExit, match="without a record"):
+        metad.run(data, tmp_path / "old", _args())
