@@ -322,15 +322,11 @@ def test_ramachandran_tv_script_scores_files_against_a_reference(md_frames, mole
     """run/scripts/ramachandran_tv.py: a file against itself scores 0, against another file the TV
     of `ramachandran_tv` on their angles, reweighted by a samples file's log weights, and the floor
     of `ramachandran_floor`."""
-    import importlib.util
-    from pathlib import Path
+    from _scripts import load_script
 
     from bgp4.simulation.data import load_trajectory, write_trajectory
 
-    path = Path(__file__).resolve().parents[1] / "run" / "scripts" / "ramachandran_tv.py"
-    spec = importlib.util.spec_from_file_location("ramachandran_tv", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("run/scripts/ramachandran_tv.py")
     frames, _ = md_frames
     first, second = tmp_path / "a.h5", tmp_path / "b.h5"
     write_trajectory(first, molecule.topology, iter([{"coordinates": frames[:2000]}]), {"temperature": 600.0})

@@ -4,22 +4,17 @@ goes on (OpenMM's Metadynamics on the Reference platform)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _scripts import load_script
 
 from bgp4.simulation.data import load_trajectory
 
 
 def _metad_script():
-    path = Path(__file__).resolve().parents[1] / "run" / "scripts" / "metad_phi.py"
-    spec = importlib.util.spec_from_file_location("metad_phi", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("run/scripts/metad_phi.py")
 
 
 def test_p_phi_positive_of_a_grid_free_energy():

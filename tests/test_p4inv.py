@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _scripts import load_script
 
 from bgp4.errors import InputError
 from bgp4.flows.p4inv import MergeResult, P4InvLinear, P4InvScheduler
@@ -354,23 +355,9 @@ def test_cuda_matches_cpu():
     assert float(opt.state[gpu.v]["step"]) == 0.0
 
 
-def _load_script(relative: str):
-    """Import a script under run/ as a module (they are not part of the package)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / relative
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_layers_compute_what_p4inv_computes():
     """The cost benchmark's baselines are real invertible flows with correct log-dets."""
-    bench = _load_script("run/bench/bench_p4inv.py")
+    bench = load_script("run/bench/bench_p4inv.py")
     torch.manual_seed(13)
     cpu = torch.device("cpu")
     layers = [
@@ -396,7 +383,7 @@ def test_benchmark_layers_compute_what_p4inv_computes():
 
 @pytest.mark.slow
 def test_linear_problems_script_smoke(tmp_path):
-    script = _load_script("run/linear_problems.py")
+    script = load_script("run/linear_problems.py")
     summary = script.main(["--steps", "40", "--out", str(tmp_path), "--jobs", "1"])
     for name in ("posdef_loss", "posdef_eigenvalues", "orthogonal_eigenvalues", "negeye_det_residual"):
         assert (tmp_path / f"{name}.png").stat().st_size > 0

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "run" / "scripts" / "paired_sweeps.py"
+from _scripts import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("paired_sweeps", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("run/scripts/paired_sweeps.py")
 
 
 def _report(path: Path, values: dict[int, float]) -> Path:

@@ -17,6 +17,7 @@ import numpy as np
 import openmm
 import pytest
 from _remd_helpers import TINY
+from _scripts import load_script
 
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation import _remd_segments as segments
@@ -264,14 +265,7 @@ def test_remd_check_script_compares_with_plain_md(tiny_run, tmp_path):
 
 
 def _umbrella_script():
-    """run/scripts/umbrella_phi.py as a module."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "run" / "scripts" / "umbrella_phi.py"
-    spec = importlib.util.spec_from_file_location("umbrella_phi", path)
-    umbrella = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(umbrella)
-    return umbrella
+    return load_script("run/scripts/umbrella_phi.py")
 
 
 def test_umbrella_mbar_recovers_a_known_p_phi_positive():
