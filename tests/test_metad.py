@@ -11,6 +11,7 @@ import pytest
 from _scripts import load_script
 
 from bgp4.simulation.data import load_trajectory
+from bgp4.simulation.molecule import kT
 
 
 def _metad_script():
@@ -18,19 +19,23 @@ def _metad_script():
 
 
 def test_p_phi_positive_of_a_grid_free_energy():
-    """The share of exp(-F / kT) at phi > 0 on OpenMM's grid (axis 1: phi), whatever psi does; the
-    points on phi = 0 and -180 degrees count half."""
+    """The share of exp(-F / kT) at phi > 0 on OpenMM's grid (axis 1: phi; linspace(-pi, pi, n), the
+    last point repeating the first and counted once), whatever psi does; points on phi = 0 and
+    -180 degrees count half."""
     metad = _metad_script()
-    kt, n = 2.5, 90
-    axis = -np.pi + 2 * np.pi * np.arange(n) / n
+    kt, n = 2.5, 91  # an odd n puts a point on phi = 0
+    axis = np.linspace(-np.pi, np.pi, n)
     psi, phi = np.meshgrid(axis, axis, indexing="ij")
     f = kt * (2.0 * np.cos(phi + 0.7) + np.sin(psi) ** 2)  # kJ/mol: the psi term factors out
-    marginal = np.exp(-2.0 * np.cos(axis + 0.7))
-    weight = np.where(axis > 0, 1.0, 0.0)
-    weight[[0, n // 2]] = 0.5
+    marginal = np.exp(-2.0 * np.cos(axis[:-1] + 0.7))
+    weight = np.where(axis[:-1] > 0, 1.0, 0.0)
+    weight[[0, (n - 1) // 2]] = 0.5
+    assert axis[(n - 1) // 2] == pytest.approx(0.0)
     assert metad.p_phi_positive(f, kt) == pytest.approx((marginal * weight).sum() / marginal.sum())
     assert metad.p_phi_positive(np.zeros((n, n)), kt) == pytest.approx(0.5)
     assert metad.p_phi_positive(f + 100.0, kt) == pytest.approx(metad.p_phi_positive(f, kt))
+    shifted = kt * 2.0 * np.cos(phi - 0.7)  # the mirror image: P and 1 - P
+    assert metad.p_phi_positive(shifted, kt) == pytest.approx(1.0 - metad.p_phi_positive(f - kt * np.sin(psi) ** 2, kt))
 
 
 def _args(**changes) -> argparse.Namespace:
@@ -54,13 +59,23 @@ def test_a_walk_goes_on_after_a_stop_and_other_settings_are_refused(md_file, tmp
     assert all(0.0 <= h[1] <= 1.0 for h in history2) and history2[-1][0] == pytest.approx(0.02)
     cv = [np.load(work / f"cv-{i:05d}.npz")["phi_psi"] for i in range(4)]
     assert all(c.shape == (5, 2) and np.all(np.abs(c) <= np.pi) for c in cv)
-    assert len(list((work / "bias").glob("bias_*.npy"))) == 2
+    files = [np.load(f) for f in (work / "bias").glob("bias_*.npy")]
+    assert len(files) == 2
     for name, bias in first_bias.items():
         np.testing.assert_array_equal(np.load(work / "bias" / name), bias)
+    total = sum(files)  # OpenMM's grid repeats its first point at the end of each axis
+    np.testing.assert_allclose(total[:, -1], total[:, 0])
+    np.testing.assert_allclose(total[-1], total[0])
+    # the go-on walk's P is that of both starts' Gaussians together: the first's bias was loaded
+    bias_factor, kt = 6.0, kT(data.settings["temperature"])
+    assert p == pytest.approx(metad.p_phi_positive(-bias_factor / (bias_factor - 1.0) * total, kt), rel=1e-7)
+    with pytest.raises(SystemExit, match="whole ps and whole paces"):
+        metad.run(data, tmp_path / "odd", _args(pace=300, chunk_ps=1.0))
+    assert not (tmp_path / "odd").exists()
     record = json.loads((work / "metad.json").read_text())
     assert record["pace"] == 100 and record["data"]["temperature"] == data.settings["temperature"]
     with pytest.raises(SystemExit, match="other settings"):
-        metad.run(data, work, _args(pace=200))
+        metad.run(data, work, _args(pace=500))
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "cv-00000.npz").write_bytes(b"")
     with pytest.raises(SystemExit, match="without a record"):

@@ -1,7 +1,7 @@
 """P(phi > 0) at a data file's temperature by well-tempered metadynamics on phi and psi: a check of
 replica-exchange data where plain MD is too slow to cross, and where umbrella sampling along phi
 alone leaves psi to relax by itself (two umbrella walks with 1 ns windows gave 0.022 and 0.0015:
-run/results/benchmark-300K).
+run/results/benchmark-300K). One walk of 50 ns takes about 35-55 min of one core.
 
     python run/scripts/metad_phi.py DATA.h5 --out WORK [--ns 50] [--seed 1] [--bias-factor 6]
         [--height 1.0] [--width 20] [--pace 500] [--chunk-ps 100] [--json F]
@@ -10,8 +10,9 @@ OpenMM's `Metadynamics` (openmm.app) biases the central residue's phi and psi (b
 `Molecule.phi` and `.psi`) with Gaussians of --height kJ/mol and --width degrees every --pace MD
 steps, tempered by --bias-factor; Langevin MD (LangevinMiddle, Reference platform) at DATA.h5's
 temperature, time step and friction, from its first frame. The free energy of the final bias,
-F(phi, psi) = -(T + dT) / dT V (kJ/mol, on OpenMM's grid), gives P(phi > 0) = the share of
-exp(-F / kT) on grid points with phi > 0 (points on phi = 0 and 180 degrees count half). P from
+F(phi, psi) = -(T + dT) / dT V (kJ/mol, on OpenMM's grid: n points from -180 to 180 degrees on each
+axis, the last repeating the first), gives P(phi > 0) = the share of exp(-F / kT) on the grid
+points with phi > 0 (each point once; points on phi = 0 and -180 degrees count half). P from
 the bias at the end of each tenth of the run shows whether it has settled; the spread of those in
 the last half is a convergence measure, not a standard error: independent walks (--seed) give the
 spread. Then DATA.h5's own P(phi > 0) (block standard error, 20 blocks).
@@ -19,9 +20,11 @@ spread. Then DATA.h5's own P(phi > 0) (block standard error, 20 blocks).
 WORK holds the settings and target (`metad.json`; another run's WORK is refused), OpenMM's bias
 files (`bias/`: Metadynamics's own way to stop and resume), the MD state (`state.xml`), phi and psi
 every ps of each finished chunk of --chunk-ps (`cv-NNNNN.npz`, rad) and P after each chunk
-(`progress.json`). A rerun after a kill goes on from the last finished chunk; a kill in the
-moment between a chunk's bias save and its state save keeps that chunk's Gaussians on the rerun
-too (at most --chunk-ps of deposits, late in the run small ones).
+(`progress.json`). A rerun after a kill goes on from the last finished chunk, its Langevin noise
+seeded with --seed again (a valid walk, not the frames an unbroken one would give); a kill in the
+moment between a chunk's bias save and its progress save keeps that chunk's Gaussians on the rerun
+too (at most --chunk-ps of deposits, late in the run small ones). One process per WORK: two would
+each load the other's bias as a second walker's.
 """
 
 from __future__ import annotations
@@ -48,10 +51,11 @@ TARGET_KEYS = ("molecule", "forcefield", "solvent", "constraints", "temperature"
 
 def p_phi_positive(free_energy: np.ndarray, kt: float) -> float:
     """P(phi > 0) of a free energy (n_psi, n_phi) in kJ/mol on OpenMM's periodic grid (point i of an
-    axis at -pi + 2 pi i / n), kt in kJ/mol; points on phi = 0 and phi = -pi count half."""
-    f = np.asarray(free_energy, dtype=np.float64)
+    axis at -pi + 2 pi i / (n - 1): `Metadynamics` tabulates on linspace(min, max, n), the last point
+    repeating the first, which is left out here), kt in kJ/mol; points on phi = 0 and -pi count half."""
+    f = np.asarray(free_energy, dtype=np.float64)[:-1, :-1]
     marginal = np.exp(-(f - f.min()) / kt).sum(axis=0)
-    phi = -np.pi + 2 * np.pi * np.arange(marginal.size) / marginal.size
+    phi = np.linspace(-np.pi, np.pi, marginal.size + 1)[:-1]
     share = np.where(np.isclose(phi, 0.0) | np.isclose(phi, -np.pi), 0.5, (phi > 0).astype(float))
     return float((marginal * share).sum() / marginal.sum())
 
@@ -84,8 +88,15 @@ def metadynamics(molecule, settings: dict, args: argparse.Namespace, bias_dir: P
 
 
 def _chunk_steps(args: argparse.Namespace, settings: dict) -> int:
-    steps = round(args.chunk_ps * 1000.0 / settings["timestep_fs"])
-    return max(args.pace, steps - steps % args.pace)  # the bias is saved on whole paces
+    """MD steps a chunk: whole ps (phi and psi are kept every ps) and whole paces (the bias is saved
+    at a chunk's end)."""
+    per_ps, steps = 1000.0 / settings["timestep_fs"], args.chunk_ps * 1000.0 / settings["timestep_fs"]
+    if per_ps != round(per_ps) or steps != round(steps) or round(steps) % math.lcm(round(per_ps), args.pace):
+        raise SystemExit(
+            f"--chunk-ps {args.chunk_ps:g} must be whole ps and whole paces of {args.pace} steps at the data's "
+            f"{settings['timestep_fs']:g} fs step"
+        )
+    return round(steps)
 
 
 def _checked(out: Path, mine: dict) -> None:
@@ -102,9 +113,9 @@ def _checked(out: Path, mine: dict) -> None:
 def run(data, out: Path, args: argparse.Namespace) -> tuple[float, list[list[float]]]:
     """Run (or go on with) the walk; P(phi > 0) of the final bias and [ns, P] after each chunk."""
     settings = data.settings
+    chunk, kt = _chunk_steps(args, settings), kT(settings["temperature"])  # refused before anything is written
     _checked(out, {**{k: getattr(args, k) for k in SETTING_KEYS}, "data": {k: settings.get(k) for k in TARGET_KEYS}})
     meta, sim = metadynamics(data.molecule(), settings, args, out / "bias")
-    chunk, kt = _chunk_steps(args, settings), kT(settings["temperature"])
     progress_path, state_path = out / "progress.json", out / "state.xml"
     history = json.loads(progress_path.read_text()) if progress_path.exists() else []
     if history:
@@ -124,7 +135,8 @@ def run(data, out: Path, args: argparse.Namespace) -> tuple[float, list[list[flo
         history.append([sim.currentStep * settings["timestep_fs"] * 1e-6, p_phi_positive(_free_energy(meta), kt)])
         sim.saveState(str(state_path.with_suffix(".tmp")))
         state_path.with_suffix(".tmp").rename(state_path)
-        progress_path.write_text(json.dumps(history) + "\n")
+        progress_path.with_suffix(".tmp").write_text(json.dumps(history) + "\n")
+        progress_path.with_suffix(".tmp").rename(progress_path)
     return p_phi_positive(_free_energy(meta), kt), history
 
 

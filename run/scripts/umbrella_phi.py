@@ -21,9 +21,10 @@ shorter windows were too short (it is a subset of the same walk: a hint, not an 
 The restraint must hold phi on the steep side of the barrier near phi = 120-140 degrees: with
 k = 100 and 36 windows no window sampled it, and the dipeptide's P(phi > 0) at 300 K came out
 0.027 +- 0.005; with k = 400 and 72 windows (5 degrees apart) every window overlaps its neighbours.
-The windows must also let psi settle, and along phi alone they do not: near the barriers (phi =
-0-50 and 130-175 degrees) psi changes side a few times a nanosecond or not at all, so the walk
-carries its psi from window to window and MBAR, which sees only phi, cannot correct for it. With
+The windows must also let psi settle, and along phi alone they need not: in some windows near the
+barriers psi changes side a few times a nanosecond or not at all (one walk at phi = 15-50 degrees,
+both at 135-175), so the walk carries its psi from window to window and MBAR, which sees only phi,
+cannot correct for it. With
 250 ps windows one walk gave 0.012 +- 0.003; with 1,000 ps two walks (seeds 18, 19) gave 0.022 +-
 0.003 and 0.0015 +- 0.0002, 7 of their combined errors apart, the second with psi held on one side
 through phi = 15-50 degrees (run/results/benchmark-300K). The standard error of one walk does not

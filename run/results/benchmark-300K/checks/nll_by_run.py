@@ -47,7 +47,7 @@ def main() -> None:
         (mean, se), (kept, kept_se) = block_mean(nll), block_mean(nll[~none])
         print(
             f"  {path}: {len(xyz)} frames, {mean:.3f} +- {se:.3f}; {none.sum()} with no density, "
-            f"without them {kept:.3f} +- {kept_se:.3f}"
+            f"without them {kept:.3f} +- {kept_se:.3f}; median {np.median(nll):.3f}"
         )
 
 
