@@ -60,8 +60,9 @@ def p_phi_positive(free_energy: np.ndarray, kt: float) -> float:
     return float((marginal * share).sum() / marginal.sum())
 
 
-def metadynamics(molecule, settings: dict, args: argparse.Namespace, bias_dir: Path):
-    """The data file's system biased on (phi, psi) and its Simulation: (Metadynamics, Simulation)."""
+def metadynamics(molecule, settings: dict, args: argparse.Namespace, bias_dir: Path, chunk: int):
+    """The data file's system biased on (phi, psi) and its Simulation: (Metadynamics, Simulation);
+    the bias is saved every `chunk` MD steps."""
     system = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(molecule.system))
     variables = []
     for atoms in (molecule.phi, molecule.psi):
@@ -76,7 +77,7 @@ def metadynamics(molecule, settings: dict, args: argparse.Namespace, bias_dir: P
         args.bias_factor,
         args.height,
         args.pace,
-        saveFrequency=_chunk_steps(args, settings),
+        saveFrequency=chunk,
         biasDir=str(bias_dir),
     )
     integrator = openmm.LangevinMiddleIntegrator(
@@ -115,7 +116,7 @@ def run(data, out: Path, args: argparse.Namespace) -> tuple[float, list[list[flo
     settings = data.settings
     chunk, kt = _chunk_steps(args, settings), kT(settings["temperature"])  # refused before anything is written
     _checked(out, {**{k: getattr(args, k) for k in SETTING_KEYS}, "data": {k: settings.get(k) for k in TARGET_KEYS}})
-    meta, sim = metadynamics(data.molecule(), settings, args, out / "bias")
+    meta, sim = metadynamics(data.molecule(), settings, args, out / "bias", chunk)
     progress_path, state_path = out / "progress.json", out / "state.xml"
     history = json.loads(progress_path.read_text()) if progress_path.exists() else []
     if history:
