@@ -5,6 +5,8 @@ replica states) goes through `atomic_write`: write a temporary file beside the t
 rename it over the target, fsync the directory so the rename itself survives a power cut.
 Logs that grow a record at a time (metrics, sweep task records) are JSON lines: `append_record`
 writes them and `read_records` reads them back, each surviving a kill in the middle of a line.
+`exclusive` keeps two bgp4 processes of one machine from writing one output at once (a resume
+started while the first run still goes on).
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Union
 
 from bgp4.errors import InputError
 
-__all__ = ["append_record", "atomic_write", "check_output_file", "file_fingerprint", "read_records", "temporary_path"]
+__all__ = [
+    "append_record",
+    "atomic_write",
+    "check_output_file",
+    "exclusive",
+    "file_fingerprint",
+    "read_records",
+    "temporary_path",
+]
 
 Content = Union[bytes, str, Callable[[Path], None]]
 
@@ -120,3 +131,34 @@ def file_fingerprint(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
             f.seek(max(chunk, size - chunk))
             digest.update(f.read(chunk))
     return f"{size}:{digest.hexdigest()[:32]}"
+
+
+@contextlib.contextmanager
+def exclusive(path: str | os.PathLike) -> Iterator[None]:
+    """Hold this machine's lock on the output `path` (a file or a directory) for the block.
+
+    A second process asking for the same path, say a resume started while the first run still
+    goes on, gets InputError naming the holder instead of writing beside it. The lock (`filelock`,
+    as the sweep's task locks) is a file in a per-user folder of the temporary directory, named by
+    a hash of the resolved path, so nothing is written beside the output; the kernel drops it with
+    the process, so a killed run never leaves it held. Processes on other machines (a shared file
+    system) are not seen.
+    """
+    from filelock import FileLock, Timeout
+
+    folder = Path(tempfile.gettempdir()) / f"bgp4-locks-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    name = folder / (hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24] + ".lock")
+    lock = FileLock(str(name))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        holder = name.read_text(errors="replace").strip() or "another process"
+        raise InputError(
+            f"{path} is in use by {holder}: let it finish, or stop it and run the command again to resume"
+        ) from None
+    try:
+        name.write_text(f"bgp4 process {os.getpid()}")  # for the message above; the lock is the open file's
+        yield
+    finally:
+        lock.release()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from bgp4._io import exclusive
 from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
 from bgp4.errors import InputError
 from bgp4.simulation.md import MDSettings, completed
@@ -162,7 +163,8 @@ def simulate(
     if not overwrite and completed(out, settings):
         typer.echo(f"{out}: already complete ({settings.frames} frames)")
         return
-    path = run_md(out, settings, overwrite=overwrite, progress=not quiet)
+    with exclusive(out):
+        path = run_md(out, settings, overwrite=overwrite, progress=not quiet)
     lowest = f" at {temperature:g} K" if replica_exchange else ""
     typer.echo(f"wrote {settings.frames} frames{lowest} to {path}")
 

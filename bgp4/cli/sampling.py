@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from bgp4._io import exclusive
 from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
 from bgp4.errors import InputError
 from bgp4.report.aggregate import write_sweep_report
@@ -85,9 +86,7 @@ def sample(
     Boltzmann density in the generator's latent space (AIS); a killed refinement resumes.
     """
     # lazy: keeps the CLI's start-up free of torch and OpenMM
-    from bgp4.generator.refine import refine_note
-    from bgp4.generator.sample import refine_run, sample_run
-    from bgp4.report.analyze import format_number
+    from bgp4.generator.sample import default_samples_path, refine_run, sample_run
 
     settings = SampleSettings(n=n, batch=batch, device=device, seed=seed, workers=workers).validated()
     if refine is not None:  # refused before anything is written
@@ -98,7 +97,17 @@ def sample(
             resample_ess=resample_ess,
             independence=refine_independence,
         ).validated()
-    summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet, temperature=temperature)
+    with exclusive(out if out is not None else default_samples_path(run)):
+        summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet, temperature=temperature)
+        _say_drawn(summary)
+        if refine is not None:
+            refined, _ = refine_run(run, settings, refinement, out, overwrite, progress=not quiet)
+            _say_refined(refined, summary, refinement)
+
+
+def _say_drawn(summary: dict) -> None:
+    from bgp4.report.analyze import format_number
+
     typer.echo(
         f"{summary['samples']} samples: {summary['nonfinite_energy']} with non-finite energy, "
         f"{summary['out_of_domain']} outside the IC domain; mean energy {format_number(summary['mean_energy_kT'])} kT, "
@@ -108,16 +117,20 @@ def sample(
             else "reverse ESS not defined (constrained bonds are flow dimensions; see complete.json)"
         )
     )
-    if refine is not None:
-        refined, _ = refine_run(run, settings, refinement, out, overwrite, progress=not quiet)
-        typer.echo(
-            f"refined (K={refine}): mean energy {format_number(refined['mean_energy_kT'])} kT, reverse ESS "
-            f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
-            f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
-        )
-        note = refine_note(summary.get("reverse_ess"), refined, refinement.steps)
-        if note:
-            typer.echo(f"note: {note}")
+
+
+def _say_refined(refined: dict, summary: dict, refinement: RefineSettings) -> None:
+    from bgp4.generator.refine import refine_note
+    from bgp4.report.analyze import format_number
+
+    typer.echo(
+        f"refined (K={refinement.levels}): mean energy {format_number(refined['mean_energy_kT'])} kT, reverse ESS "
+        f"{refined['reverse_ess'] if refined['reverse_ess'] is None else format(refined['reverse_ess'], '.3g')}, "
+        f"{refined['evals_per_sample']:.3g} energy evaluations per sample"
+    )
+    note = refine_note(summary.get("reverse_ess"), refined, refinement.steps)
+    if note:
+        typer.echo(f"note: {note}")
 
 
 @handles_errors

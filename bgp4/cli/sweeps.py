@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from bgp4._io import exclusive
 from bgp4.cli._app import default_of, handles_errors
 from bgp4.cli.md import FORCEFIELD_HELP, MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
@@ -57,7 +58,8 @@ def pipeline(
         "constraints": constraints,
     }
     out = out if out is not None else Path("out") / preset
-    run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo, md=md)
+    with exclusive(out):
+        run_pipeline(preset, out, seed=seed, device=device, progress=not quiet, say=typer.echo, md=md)
 
 
 # `bgp4 sweep` takes every `bgp4 train` setting with train's own option (name, help, default);
@@ -201,20 +203,21 @@ def sweep(
         for m in chosen.get("by_model", {})
     }
     n_samples = samples if samples is not None else chosen["sample"].get("n", default_of(_SAMPLE, "n"))
-    plan = plan_sweep(
-        out,
-        data,
-        [m.strip() for m in models.split(",") if m.strip()],
-        seeds,
-        base,
-        n_samples,
-        threads_per_run=threads_per_run,
-        gpus_per_run=gpus_per_run,
-        md=chosen["md"],
-        by_model=by_model,
-        objectives=[o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,
-        refine=RefineSettings(levels=refine, steps=refine_steps, independence=refine_independence),
-    )
-    run_sweep(
-        plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo, worker_memory=worker_memory
-    )
+    with exclusive(out):
+        plan = plan_sweep(
+            out,
+            data,
+            [m.strip() for m in models.split(",") if m.strip()],
+            seeds,
+            base,
+            n_samples,
+            threads_per_run=threads_per_run,
+            gpus_per_run=gpus_per_run,
+            md=chosen["md"],
+            by_model=by_model,
+            objectives=[o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,
+            refine=RefineSettings(levels=refine, steps=refine_steps, independence=refine_independence),
+        )
+        run_sweep(
+            plan, scheduler=scheduler, workers=workers, progress=not quiet, say=typer.echo, worker_memory=worker_memory
+        )

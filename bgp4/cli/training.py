@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from bgp4._io import exclusive
 from bgp4.cli._app import default_of, handles_errors
 from bgp4.config import merge_settings, read_config_file
 from bgp4.settings import TrainSettings
@@ -341,7 +342,8 @@ def train(
         constraints=constraints,
     )
     settings = merge_settings(TrainSettings, read_config_file(config) if config else {}, flags)
-    summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)
+    with exclusive(out):
+        summary, trained = run_training(settings, out, overwrite=overwrite, progress=not quiet)
     state = "trained" if trained else "already complete"
     nll = " -> ".join(format_number(summary.get(k)) for k in ("test_nll_start", "test_nll_end"))
     evaluations = summary.get("energy_evaluations", 0)
