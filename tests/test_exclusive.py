@@ -12,7 +12,10 @@ from bgp4._io import exclusive
 from bgp4.errors import InputError
 from tests._cli_helpers import _one_line_error
 
-HOLD = "import sys, time; from bgp4._io import exclusive\nwith exclusive(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
+HOLD = (
+    "import sys, time\nfrom bgp4._io import exclusive\n"
+    "with exclusive(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
+)
 
 
 def test_a_second_holder_is_refused_by_the_resolved_path_and_the_lock_is_freed_after(tmp_path):
