@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -135,30 +136,54 @@ def file_fingerprint(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike) -> Iterator[None]:
-    """Hold this machine's lock on the output `path` (a file or a directory) for the block.
+    """Hold this user's lock on the output `path` (a file or a directory) for the block.
 
     A second process asking for the same path, say a resume started while the first run still
     goes on, gets InputError naming the holder instead of writing beside it. The lock (`filelock`,
-    as the sweep's task locks) is a file in a per-user folder of the temporary directory, named by
-    a hash of the resolved path, so nothing is written beside the output; the kernel drops it with
-    the process, so a killed run never leaves it held. Processes on other machines (a shared file
-    system) are not seen.
+    as the sweep's task locks) is a file in this user's folder of the temporary directory, named
+    by a hash of the resolved path, so nothing is written beside the output; the kernel drops it
+    with the process, so a killed run never leaves it held. It sees the processes of this user
+    that share the temporary directory on this machine, not other users, jobs given their own
+    TMPDIR, or other machines; and the path itself only, not outputs inside it.
     """
     from filelock import FileLock, Timeout
 
-    folder = Path(tempfile.gettempdir()) / f"bgp4-locks-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    name = folder / (hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24] + ".lock")
-    lock = FileLock(str(name))
+    folder = _lock_folder()
+    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:24]
+    lock, holder = FileLock(str(folder / f"{key}.lock")), folder / f"{key}.pid"
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        holder = name.read_text(errors="replace").strip() or "another process"
         raise InputError(
-            f"{path} is in use by {holder}: let it finish, or stop it and run the command again to resume"
+            f"{path} is in use by {_holder(holder)}: let it finish, or stop it and run the command again to resume"
         ) from None
     try:
-        name.write_text(f"bgp4 process {os.getpid()}")  # for the message above; the lock is the open file's
+        with contextlib.suppress(OSError):  # the pid only names the holder in the message
+            atomic_write(holder, str(os.getpid()))
         yield
     finally:
         lock.release()
+
+
+def _lock_folder() -> Path:
+    """This user's lock folder in the temporary directory; refused unless a directory of this user
+    that no one else may write (another user could hold or redirect its locks)."""
+    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    folder = Path(tempfile.gettempdir()) / f"bgp4-locks-{user}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    info = folder.lstat()
+    mine = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    if not (stat.S_ISDIR(info.st_mode) and mine and info.st_mode & 0o022 == 0):
+        raise InputError(f"{folder} is not a directory of this user that only it may write: remove it, or set TMPDIR")
+    return folder
+
+
+def _holder(pid_file: Path) -> str:
+    """'bgp4 process PID' of a live holder, else 'another process' (its pid not yet or no longer on file)."""
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return "another process"
+    return f"bgp4 process {pid}"
