@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bgp4._io import exclusive
 from bgp4.errors import InputError
 from bgp4.kinds import KINDS
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
@@ -130,7 +131,7 @@ def run_pipeline(
     """Run (or finish) every stage of `preset` into `out`; returns the analysis metrics. `md`:
     MDSettings that replace the preset's (e.g. {"molecule": "alanine-tetrapeptide"})."""
     # lazy: as in _refine
-    from bgp4.generator.sample import sample_run
+    from bgp4.generator.sample import default_samples_path, sample_run
     from bgp4.generator.train import train
     from bgp4.report.analyze import analyze, format_number
 
@@ -143,7 +144,8 @@ def run_pipeline(
         say(f"simulate: {data} is complete, skipped")
     else:
         say(f"simulate: {md_settings.frames} frames -> {data}")
-        simulate(data, md_settings, progress=progress)
+        with exclusive(data):  # as `bgp4 simulate --out DATA` would hold it
+            simulate(data, md_settings, progress=progress)
 
     runs = []
     for model in p["models"]:
@@ -151,21 +153,23 @@ def run_pipeline(
         settings = TrainSettings(
             data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model)
         )
-        summary, trained = train(settings, run, progress=progress)
+        with exclusive(run):  # as `bgp4 train --out RUN` would hold it
+            summary, trained = train(settings, run, progress=progress)
         say(
             f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL "
             f"{format_number(summary.get('test_nll_end'))}"
         )
         sample_settings = SampleSettings(seed=seed, device=device, **p["sample"])
-        summary, sampled = sample_run(run, sample_settings, progress=progress, renew=True)
-        say(
-            f"sample {model}: {'done' if sampled else 'complete, skipped'}; {summary.get('samples')} samples, "
-            f"mean energy {format_number(summary.get('mean_energy_kT'))} kT, "
-            f"reverse ESS {format_number(summary.get('reverse_ess'))}"
-        )
-        if model in p.get("refine", {}):
-            refine = RefineSettings(**p["refine"][model])
-            _refine(run, sample_settings, refine, summary.get("reverse_ess"), progress, say)
+        with exclusive(default_samples_path(run)):  # as `bgp4 sample RUN` would hold it
+            summary, sampled = sample_run(run, sample_settings, progress=progress, renew=True)
+            say(
+                f"sample {model}: {'done' if sampled else 'complete, skipped'}; {summary.get('samples')} samples, "
+                f"mean energy {format_number(summary.get('mean_energy_kT'))} kT, "
+                f"reverse ESS {format_number(summary.get('reverse_ess'))}"
+            )
+            if model in p.get("refine", {}):
+                refine = RefineSettings(**p["refine"][model])
+                _refine(run, sample_settings, refine, summary.get("reverse_ess"), progress, say)
         runs.append(run)
     metrics = analyze(data, runs, out / "report", seed=seed)
     say(f"analyze: report in {out / 'report' / 'report.md'}")

@@ -94,3 +94,11 @@ def test_writing_commands_refuse_an_output_in_use_and_write_nothing(tmp_path, lo
         result = cli(*[a.format(out=out) for a in command])
     assert "is in use by bgp4 process" in _one_line_error(result)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pipeline_takes_the_locks_of_its_stages(tmp_path, lock_tmp, cli):
+    out = tmp_path / "out"
+    with exclusive(out / "data" / "ala2-600K.h5"):  # say a `bgp4 simulate --out` into the pipeline's data
+        result = cli("pipeline", "--out", out, "--quiet")
+    assert "ala2-600K.h5 is in use by bgp4 process" in result.stderr and result.returncode == 2
+    assert list(tmp_path.iterdir()) == []
