@@ -79,6 +79,7 @@ def test_a_lock_folder_that_others_may_write_is_refused(lock_tmp):
     "command",
     [
         ["simulate", "--out", "{out}", "--frames", "5"],
+        ["merge", "{out}", "a.h5", "b.h5"],
         ["train", "--data", "md.h5", "--out", "{out}", "--steps", "2"],
         ["sample", "{out}", "--n", "4"],  # no --out: the run's default samples file
         ["pipeline", "--out", "{out}"],
@@ -88,7 +89,7 @@ def test_a_lock_folder_that_others_may_write_is_refused(lock_tmp):
 )
 def test_writing_commands_refuse_an_output_in_use_and_write_nothing(tmp_path, lock_tmp, cli, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
-    out = tmp_path / ("out.h5" if command[0] == "simulate" else "out")
+    out = tmp_path / ("out.h5" if command[0] in ("simulate", "merge") else "out")
     held = out / "samples.h5" if command[0] == "sample" else out
     with exclusive(held):
         result = cli(*[a.format(out=out) for a in command])

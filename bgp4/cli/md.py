@@ -187,5 +187,6 @@ def merge(
     from bgp4.simulation.data import read_settings  # mdtraj and tables: not at `bgp4 --help`
     from bgp4.simulation.merge import merge as merge_files
 
-    path = merge_files(out, inputs, overwrite=overwrite)
+    with exclusive(out):
+        path = merge_files(out, inputs, overwrite=overwrite)
     typer.echo(f"wrote {read_settings(path)['frames']} frames of {len(inputs)} files to {path}")
