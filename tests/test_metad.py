@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from _scripts import load_script
 
+from bgp4._io import exclusive
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import kT
 
@@ -80,3 +84,17 @@ def test_a_walk_goes_on_after_a_stop_and_other_settings_are_refused(md_file, tmp
     (tmp_path / "old" / "cv-00000.npz").write_bytes(b"")
     with pytest.raises(SystemExit, match="without a record"):
         metad.run(data, tmp_path / "old", _args())
+
+
+def test_a_second_run_on_a_work_folder_in_use_stops_with_one_line(md_file, tmp_path):
+    script = Path(__file__).resolve().parents[1] / "run" / "scripts" / "metad_phi.py"
+    work = tmp_path / "walk"
+    with exclusive(work):
+        done = subprocess.run(
+            [sys.executable, str(script), str(md_file), "--out", str(work), "--ns", "0.01"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 2 and "is in use by bgp4 process" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not work.exists()

@@ -23,8 +23,9 @@ every ps of each finished chunk of --chunk-ps (`cv-NNNNN.npz`, rad) and P after 
 (`progress.json`). A rerun after a kill goes on from the last finished chunk, its Langevin noise
 seeded with --seed again (a valid walk, not the frames an unbroken one would give); a kill in the
 moment between a chunk's bias save and its progress save keeps that chunk's Gaussians on the rerun
-too (at most --chunk-ps of deposits, late in the run small ones). One process per WORK: two would
-each load the other's bias as a second walker's.
+too (at most --chunk-ps of deposits, late in the run small ones). One process per WORK (two would
+each load the other's bias as a second walker's): a second run on a WORK in use stops at once
+(`bgp4._io.exclusive`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ import openmm
 from openmm import app, unit
 from tqdm import tqdm
 
+from bgp4._io import exclusive
 from bgp4.analysis.estimators import N_BLOCKS, backbone_dihedrals, block_standard_error
+from bgp4.errors import InputError
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import kT
 
@@ -171,7 +174,11 @@ def main() -> None:
     if args.bias_factor <= 1 or min(args.height, args.width, args.ns, args.chunk_ps) <= 0 or args.pace < 1:
         parser.error("--bias-factor must be > 1 and --height, --width, --ns, --chunk-ps, --pace positive")
     data = load_trajectory(args.data, extras=("replica",))
-    p, history = run(data, args.out, args)
+    try:
+        with exclusive(args.out):  # a second walk into one WORK folder would interleave its chunks
+            p, history = run(data, args.out, args)
+    except InputError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     phi, _ = backbone_dihedrals(data.xyz, data.molecule())
     positive = (phi > 0).astype(float)
     q, q_se = float(positive.mean()), block_standard_error(positive, data.extras.get("replica"), N_BLOCKS)
