@@ -162,6 +162,8 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
             atomic_write(holder, str(os.getpid()))
         yield
     finally:
+        with contextlib.suppress(OSError):  # before the release, so never a later holder's
+            holder.unlink()
         lock.release()
 
 
