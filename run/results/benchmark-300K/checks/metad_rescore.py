@@ -19,14 +19,19 @@ from bgp4.simulation.molecule import kT
 SCRIPT = Path(__file__).resolve().parents[4] / "run" / "scripts" / "metad_phi.py"
 
 
+def walk_bias(work: Path) -> tuple[dict, np.ndarray]:
+    """A finished walk's settings record and final bias (n_psi, n_phi), kJ/mol: every start's files."""
+    record = json.loads((work / "metad.json").read_text())
+    return record, sum(np.load(f) for f in sorted((work / "bias").glob("bias_*.npy")))
+
+
 def main(works: list[Path]) -> None:
     spec = importlib.util.spec_from_file_location("metad_phi", SCRIPT)
     metad = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(metad)
     values = []
     for work in works:
-        record = json.loads((work / "metad.json").read_text())
-        bias = sum(np.load(f) for f in sorted((work / "bias").glob("bias_*.npy")))  # kJ/mol, every start's
+        record, bias = walk_bias(work)
         factor = record["bias_factor"] / (record["bias_factor"] - 1.0)
         values.append(metad.p_phi_positive(-factor * bias, kT(record["data"]["temperature"])))
         print(f"{work}: seed {record['seed']}, P(phi > 0) {values[-1]:.5f}")

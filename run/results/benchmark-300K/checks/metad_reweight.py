@@ -9,11 +9,11 @@ bias (kJ/mol, bilinear on OpenMM's periodic grid). This treats the bias as stati
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
+from metad_rescore import walk_bias
 from scipy.interpolate import RegularGridInterpolator
 
 from bgp4.simulation.molecule import kT
@@ -23,8 +23,7 @@ N_BLOCKS = 10
 
 def reweighted(work: Path, first: float = 0.5) -> tuple[float, float, int]:
     """P(phi > 0), its block error and the frames used, from the frames after `first` of the walk."""
-    record = json.loads((work / "metad.json").read_text())
-    bias = sum(np.load(f) for f in sorted((work / "bias").glob("bias_*.npy")))  # (n_psi, n_phi), kJ/mol
+    record, bias = walk_bias(work)  # (n_psi, n_phi), kJ/mol
     axis = np.linspace(-np.pi, np.pi, bias.shape[0])  # the last point repeats the first
     at = RegularGridInterpolator((axis, axis), bias)
     chunks = sorted(work.glob("cv-*.npz"))
