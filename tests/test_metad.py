@@ -14,6 +14,7 @@ import pytest
 from _scripts import load_script
 
 from bgp4._io import exclusive
+from bgp4.errors import InputError
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import kT
 
@@ -73,25 +74,26 @@ def test_a_walk_goes_on_after_a_stop_and_other_settings_are_refused(md_file, tmp
     # the go-on walk's P is that of both starts' Gaussians together: the first's bias was loaded
     bias_factor, kt = 6.0, kT(data.settings["temperature"])
     assert p == pytest.approx(metad.p_phi_positive(-bias_factor / (bias_factor - 1.0) * total, kt), rel=1e-7)
-    with pytest.raises(SystemExit, match="whole ps and whole paces"):
+    with pytest.raises(InputError, match="whole ps and whole paces"):
         metad.run(data, tmp_path / "odd", _args(pace=300, chunk_ps=1.0))
     assert not (tmp_path / "odd").exists()
     record = json.loads((work / "metad.json").read_text())
     assert record["pace"] == 100 and record["data"]["temperature"] == data.settings["temperature"]
-    with pytest.raises(SystemExit, match="other settings"):
+    with pytest.raises(InputError, match="other settings"):
         metad.run(data, work, _args(pace=500))
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "cv-00000.npz").write_bytes(b"")
-    with pytest.raises(SystemExit, match="without a record"):
+    with pytest.raises(InputError, match="without a record"):
         metad.run(data, tmp_path / "old", _args())
 
 
-def test_a_second_run_on_a_work_folder_in_use_stops_with_one_line(md_file, tmp_path):
-    script = Path(__file__).resolve().parents[1] / "run" / "scripts" / "metad_phi.py"
+@pytest.mark.parametrize("script", ["metad_phi.py", "umbrella_phi.py"])
+def test_a_second_run_on_a_work_folder_in_use_stops_with_one_line(md_file, tmp_path, script):
+    path = Path(__file__).resolve().parents[1] / "run" / "scripts" / script
     work = tmp_path / "walk"
     with exclusive(work):
         done = subprocess.run(
-            [sys.executable, str(script), str(md_file), "--out", str(work), "--ns", "0.01"],
+            [sys.executable, str(path), str(md_file), "--out", str(work)],
             capture_output=True,
             text=True,
             timeout=300,

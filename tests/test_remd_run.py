@@ -305,12 +305,12 @@ def test_umbrella_windows_of_another_run_are_refused(tmp_path):
         umbrella.run_windows(data, tmp_path, **run)
     other_data = SimpleNamespace(molecule=lambda: None, settings={**target, "temperature": 600.0})
     for change, d in ((dict(ps=250.0), data), (dict(k=100.0), data), (dict(seed=19), data), ({}, other_data)):
-        with pytest.raises(SystemExit, match="holds windows of another run"):
+        with pytest.raises(InputError, match="holds windows of another run"):
             umbrella.run_windows(d, tmp_path, **{**run, **change})
     old = tmp_path / "old"
     old.mkdir()
     (old / "window-000.npz").write_bytes(b"")
-    with pytest.raises(SystemExit, match="without a record"):
+    with pytest.raises(InputError, match="without a record"):
         umbrella.run_windows(data, old, **run)
     assert umbrella.velocity_seed(17, 5) == 105
     seeds = [1, 2, 16, 17, 18, 1017, umbrella.MAX_SEED]

@@ -96,7 +96,7 @@ def _chunk_steps(args: argparse.Namespace, settings: dict) -> int:
     at a chunk's end)."""
     per_ps, steps = 1000.0 / settings["timestep_fs"], args.chunk_ps * 1000.0 / settings["timestep_fs"]
     if per_ps != round(per_ps) or steps != round(steps) or round(steps) % math.lcm(round(per_ps), args.pace):
-        raise SystemExit(
+        raise InputError(
             f"--chunk-ps {args.chunk_ps:g} must be whole ps and whole paces of {args.pace} steps at the data's "
             f"{settings['timestep_fs']:g} fs step"
         )
@@ -107,9 +107,9 @@ def _checked(out: Path, mine: dict) -> None:
     """Refuse a WORK folder of another run, or one with chunks but no settings record."""
     path = out / "metad.json"
     if path.exists() and json.loads(path.read_text()) != mine:
-        raise SystemExit(f"{out} holds a walk of other settings ({path.read_text().strip()}): use another --out")
+        raise InputError(f"{out} holds a walk of other settings ({path.read_text().strip()}): use another --out")
     if not path.exists() and any(out.glob("cv-*.npz")):
-        raise SystemExit(f"{out} holds chunks without a record of their settings: use another --out")
+        raise InputError(f"{out} holds chunks without a record of their settings: use another --out")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(mine) + "\n")
 

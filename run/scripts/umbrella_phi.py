@@ -31,10 +31,12 @@ through phi = 15-50 degrees (run/results/benchmark-300K). The standard error of 
 see this: compare walks, and prefer run/scripts/metad_phi.py, which biases psi as well.
 
 WORK holds the run's settings and target (`umbrella.json`; the WORK of another run, or windows
-without such a record, are refused) and one file per finished window (`window-NNN.npz`: phi and
-psi in rad, final positions in nm); a rerun after a kill goes on from the last finished window
-(with the noise reseeded: a valid walk, not the frames an unbroken one would give). One window of
-the dipeptide (1.02 ns) takes about 35 s on a free core (72 windows: 73 ns of MD, 42 min).
+without such a record, are refused: one line, exit code 2) and one file per finished window
+(`window-NNN.npz`: phi and psi in rad, final positions in nm); a rerun after a kill goes on from
+the last finished window (with the noise reseeded: a valid walk, not the frames an unbroken one
+would give). One window of the dipeptide (1.02 ns) takes about 35 s on a free core (72 windows:
+73 ns of MD, 42 min). One process per WORK: a second run on a WORK in use stops at once
+(`bgp4._io.exclusive`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ import numpy as np
 import openmm
 from tqdm import tqdm
 
+from bgp4._io import exclusive
 from bgp4.analysis.estimators import N_BLOCKS, backbone_dihedrals, block_standard_error
+from bgp4.errors import InputError
 from bgp4.simulation.data import load_trajectory
 from bgp4.simulation.molecule import kT
 
@@ -90,9 +94,9 @@ def _record(out: Path, mine: dict) -> None:
     record = out / "umbrella.json"
     if record.exists():
         if json.loads(record.read_text()) != mine:
-            raise SystemExit(f"{out} holds windows of another run ({record.read_text().strip()}): use another --out")
+            raise InputError(f"{out} holds windows of another run ({record.read_text().strip()}): use another --out")
     elif any(out.glob("window-*.npz")):
-        raise SystemExit(f"{out} holds windows without a record of their settings: use another --out")
+        raise InputError(f"{out} holds windows without a record of their settings: use another --out")
     record.write_text(json.dumps(mine) + "\n")
 
 
@@ -122,7 +126,7 @@ def run_windows(data, out: Path, windows: int, ps: float, k: float, seed: int = 
             tmp.rename(path)
         window = np.load(path)
         if len(window["phi"]) != round(ps):  # phi is kept once a ps
-            raise SystemExit(f"{path} holds {len(window['phi'])} ps, not {round(ps)}: use another --out")
+            raise InputError(f"{path} holds {len(window['phi'])} ps, not {round(ps)}: use another --out")
         positions = window["positions"]
         samples.append(window["phi"])
     return samples
@@ -168,7 +172,11 @@ def main() -> None:
     if args.first_ps is not None and not 1 <= args.first_ps < args.ps:
         parser.error(f"--first-ps must be a whole number of ps from 1 to below --ps, got {args.first_ps}")
     data = load_trajectory(args.data, extras=("replica",))
-    samples = run_windows(data, args.out, args.windows, args.ps, args.k, args.seed)
+    try:
+        with exclusive(args.out):  # a second walk into one WORK folder would write the same windows
+            samples = run_windows(data, args.out, args.windows, args.ps, args.k, args.seed)
+    except InputError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     p, p_se = mbar_p_positive(samples, args.k, kT(data.settings["temperature"]))
     phi, _ = backbone_dihedrals(data.xyz, data.molecule())
     positive = (phi > 0).astype(float)
