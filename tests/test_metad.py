@@ -87,13 +87,15 @@ def test_a_walk_goes_on_after_a_stop_and_other_settings_are_refused(md_file, tmp
         metad.run(data, tmp_path / "old", _args())
 
 
-@pytest.mark.parametrize("script", ["metad_phi.py", "umbrella_phi.py"])
-def test_a_second_run_on_a_work_folder_in_use_stops_with_one_line(md_file, tmp_path, script):
+@pytest.mark.parametrize(
+    "script, short", [("metad_phi.py", ["--ns", "0.01"]), ("umbrella_phi.py", ["--windows", "1", "--ps", "2"])]
+)
+def test_a_second_run_on_a_work_folder_in_use_stops_with_one_line(md_file, tmp_path, script, short):
     path = Path(__file__).resolve().parents[1] / "run" / "scripts" / script
     work = tmp_path / "walk"
-    with exclusive(work):
+    with exclusive(work):  # short runs, so that a lock that failed would not hang the test
         done = subprocess.run(
-            [sys.executable, str(path), str(md_file), "--out", str(work)],
+            [sys.executable, str(path), str(md_file), "--out", str(work), *short],
             capture_output=True,
             text=True,
             timeout=300,
