@@ -87,18 +87,32 @@ def test_a_walk_goes_on_after_a_stop_and_other_settings_are_refused(md_file, tmp
         metad.run(data, tmp_path / "old", _args())
 
 
-@pytest.mark.parametrize(
-    "script, short", [("metad_phi.py", ["--ns", "0.01"]), ("umbrella_phi.py", ["--windows", "1", "--ps", "2"])]
-)
-def test_a_second_run_on_a_work_folder_in_use_stops_with_one_line(md_file, tmp_path, script, short):
+SCRIPTS = [
+    ("metad_phi.py", ["--ns", "0.01"], "cv-00000.npz"),
+    ("umbrella_phi.py", ["--windows", "1", "--ps", "2"], "window-000.npz"),
+]
+
+
+def _run_script(script: str, md_file: Path, work: Path, short: list[str]) -> subprocess.CompletedProcess:
     path = Path(__file__).resolve().parents[1] / "run" / "scripts" / script
+    command = [sys.executable, str(path), str(md_file), "--out", str(work), *short]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("script, short, chunk", SCRIPTS)
+def test_a_second_run_on_a_work_folder_in_use_stops_with_one_line(md_file, tmp_path, script, short, chunk):
     work = tmp_path / "walk"
     with exclusive(work):  # short runs, so that a lock that failed would not hang the test
-        done = subprocess.run(
-            [sys.executable, str(path), str(md_file), "--out", str(work), *short],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = _run_script(script, md_file, work, short)
     assert done.returncode == 2 and "is in use by bgp4 process" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not work.exists()
+
+
+@pytest.mark.parametrize("script, short, chunk", SCRIPTS)
+def test_a_work_folder_of_no_known_run_is_refused_with_one_line(md_file, tmp_path, script, short, chunk):
+    work = tmp_path / "walk"
+    work.mkdir()
+    (work / chunk).write_bytes(b"")  # a chunk without its run's settings record
+    done = _run_script(script, md_file, work, short)
+    assert done.returncode == 2 and "without a record" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and sorted(p.name for p in work.iterdir()) == [chunk]
