@@ -20,9 +20,9 @@ def test_clipping_lowers_only_the_largest_log_weights():
     log_w = rng.normal(0.0, 1.0, 100_000)
     log_w[:3] = [40.0, 35.0, -np.inf]  # two runaway weights and a zero weight
     clipped = clip_log_weights(log_w)
-    cut = np.quantile(log_w[np.isfinite(log_w)], 1 - 1e-4)
-    assert clipped.max() == pytest.approx(cut) and np.count_nonzero(clipped < log_w) == 10  # 1e-4 of 1e5
-    assert np.isneginf(clipped[2]) and np.array_equal(clipped[3:][log_w[3:] < cut], log_w[3:][log_w[3:] < cut])
+    tenth_largest = np.sort(log_w)[-10]  # k = 1e-4 of 1e5 = 10: the 9 above the 10th are lowered to it
+    assert clipped.max() == tenth_largest and np.count_nonzero(clipped < log_w) == 9
+    assert np.isneginf(clipped[2]) and np.array_equal(clipped[log_w <= tenth_largest], log_w[log_w <= tenth_largest])
     # the runaway weights own the plain ESS; clipped, the ESS of the normal bulk comes back
     assert reverse_ess(log_w) < 1e-3
     assert clipped_reverse_ess(log_w) == pytest.approx(math.exp(-1.0), rel=0.05)  # lognormal, sigma = 1
@@ -31,6 +31,19 @@ def test_clipping_lowers_only_the_largest_log_weights():
     assert clipped_reverse_ess(log_w, fraction=0.0) == reverse_ess(log_w)
     with pytest.raises(InputError, match="fraction"):
         clip_log_weights(log_w, fraction=1.0)
+
+
+def test_clipping_follows_the_tables_top_k_rule_at_small_counts():
+    # 20,000 samples: k = 2, so only the largest weight is lowered, to the second largest
+    log_w = np.r_[np.zeros(19_997), 5.0, 9.0, 7.0]
+    assert np.array_equal(clip_log_weights(log_w)[-3:], [5.0, 7.0, 7.0])
+    # under 20,000 samples k < 2: nothing is clipped (zero weights count in n)
+    assert np.array_equal(clip_log_weights(log_w[1:]), log_w[1:])
+    assert clipped_reverse_ess(log_w[1:]) == reverse_ess(log_w[1:])
+    # fewer positive weights than k: nothing to clip against
+    sparse = np.full(30_000, -np.inf)
+    sparse[:2] = [1.0, 4.0]
+    assert np.array_equal(clip_log_weights(sparse), sparse)
 
 
 def test_forward_ess_known_answers():

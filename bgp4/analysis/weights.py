@@ -98,20 +98,28 @@ CLIP_FRACTION = 1e-4
 
 
 def clip_log_weights(log_w: np.ndarray, fraction: float = CLIP_FRACTION) -> np.ndarray:
-    """Log weights (n,) with the largest `fraction` of them clamped to the (1 - fraction) quantile
-    (1 - 1e-4 by default): lowered to it, not dropped, so the count n stays the same.
+    """Log weights (n,) with every one above the k-th largest lowered to it, k = int(n * fraction):
+    the table's rule, as the evaluation code of its lineage computes it (TA-BG, Schopmans and
+    Friederich 2025, `calculate_reverse_ESS`).
 
-    The quantile (numpy's linear one) is taken over the finite log weights; zero weights (nan,
-    -inf) stay zero. With fewer than 1 / fraction finite weights it lies between the two largest,
-    so only the largest is lowered, and only part of the way.
+    n counts every sample, zero weights included. k - 1 weights change (99 of 1,000,000 samples,
+    1 of 20,000 at 1e-4), lowered, not dropped, so n stays the same; with k < 2 (under 20,000
+    samples at 1e-4) none does, nor when fewer than k weights are positive. Zero weights (nan,
+    -inf) stay zero. bgp4's figures from before 2026-12-06 clamped to the (1 - fraction) quantile
+    instead, which lowers one more weight (2 of 20,000) and clips below 20,000 samples too.
+
+    >>> clip_log_weights(np.r_[np.zeros(19_998), 8.0, 9.0])[-2:]  # only the largest is lowered
+    array([8., 8.])
     """
     if not 0.0 <= float(fraction) < 1.0:
         raise InputError(f"the clipped fraction must lie in [0, 1), got {fraction}")
     clean = _clean_log_weights(_as_1d(log_w, "log_w"))
+    k = int(clean.size * float(fraction))
     finite = clean[np.isfinite(clean)]
-    if finite.size == 0 or float(fraction) == 0.0:
+    if k < 2 or finite.size < k:
         return clean
-    return np.minimum(clean, np.quantile(finite, 1.0 - float(fraction)))
+    kth_largest = np.partition(finite, finite.size - k)[finite.size - k]
+    return np.minimum(clean, kth_largest)
 
 
 def clipped_reverse_ess(log_w: np.ndarray, fraction: float = CLIP_FRACTION) -> float:
