@@ -3,9 +3,11 @@
     python run/scripts/ess_by_count.py SAMPLES.h5 [SAMPLES.h5 ...] [--counts 20000 100000]
 
 The published table measures its ESS on 1,000,000 samples, bgp4's rows on 20,000. For each file
-(a `bgp4 sample` output, raw or refined): the plain and clipped (top 1e-4 of the log weights, as
-the table) reverse ESS of all samples, then of disjoint consecutive subsets of each count, as
-their mean, standard deviation and range over the subsets.
+(a `bgp4 sample` output, raw or refined): the plain and clipped (top 1e-4 of the log weights, by
+the table's rule) reverse ESS of all samples, then of disjoint consecutive subsets of each count, as
+their mean, standard deviation and range over the subsets. "quantile" is the clipped ESS by the
+rule bgp4 used before 2026-12-06 (the log weights clamped to their 1 - 1e-4 quantile), kept here
+to show what that change moves.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from bgp4.analysis.weights import clipped_reverse_ess, reverse_ess
 from bgp4.generator.sample import SAMPLE_EXTRAS
 from bgp4.simulation.data import load_trajectory
 
-__all__ = ["log_weights_of", "by_count", "main"]
+__all__ = ["log_weights_of", "quantile_clipped_ess", "by_count", "main"]
 
 
 def log_weights_of(path: str) -> np.ndarray:
@@ -27,12 +29,21 @@ def log_weights_of(path: str) -> np.ndarray:
     return np.where(t.extras["in_domain"].astype(bool), t.extras["log_w"], -np.inf)
 
 
+def quantile_clipped_ess(log_w: np.ndarray, fraction: float = 1e-4) -> float:
+    """The clipped reverse ESS by bgp4's rule before 2026-12-06: every log weight above the
+    (1 - fraction) quantile of the finite ones (numpy's linear quantile) lowered to it."""
+    finite = log_w[np.isfinite(log_w)]
+    return reverse_ess(np.minimum(log_w, np.quantile(finite, 1.0 - fraction)) if finite.size else log_w)
+
+
 def by_count(log_w: np.ndarray, count: int) -> dict[str, np.ndarray]:
-    """Plain and clipped reverse ESS of each disjoint consecutive subset of `count` samples."""
+    """Plain, clipped and quantile-clipped reverse ESS of each disjoint consecutive subset of
+    `count` samples."""
     parts = [log_w[i : i + count] for i in range(0, log_w.size - count + 1, count)]
     return {
         "plain": np.array([reverse_ess(p) for p in parts]),
         "clipped": np.array([clipped_reverse_ess(p) for p in parts]),
+        "quantile": np.array([quantile_clipped_ess(p) for p in parts]),
     }
 
 
@@ -43,7 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for path in args.files:
         log_w = log_weights_of(path)
-        print(f"{path}: all {log_w.size}: plain {reverse_ess(log_w):.4f}, clipped {clipped_reverse_ess(log_w):.4f}")
+        print(
+            f"{path}: all {log_w.size}: plain {reverse_ess(log_w):.4f}, clipped {clipped_reverse_ess(log_w):.4f},"
+            f" quantile {quantile_clipped_ess(log_w):.4f}"
+        )
         for count in args.counts:
             if count > log_w.size:
                 continue
