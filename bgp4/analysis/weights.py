@@ -105,7 +105,7 @@ def clip_log_weights(log_w: np.ndarray, fraction: float = CLIP_FRACTION) -> np.n
     n counts every sample, zero weights included. k - 1 weights change (99 of 1,000,000 samples,
     1 of 20,000 at 1e-4), lowered, not dropped, so n stays the same; with k < 2 (under 20,000
     samples at 1e-4) none does, nor when fewer than k weights are positive. Zero weights (nan,
-    -inf) stay zero. bgp4's figures from before 2026-12-06 clamped to the (1 - fraction) quantile
+    -inf) stay zero. bgp4's figures made before commit `a69d6f3` clamped to the (1 - fraction) quantile
     instead, which lowers one more weight (2 of 20,000) and clips below 20,000 samples too.
 
     >>> clip_log_weights(np.r_[np.zeros(19_998), 8.0, 9.0])[-2:]  # only the largest is lowered

@@ -6,7 +6,7 @@ The published table measures its ESS on 1,000,000 samples, bgp4's rows on 20,000
 (a `bgp4 sample` output, raw or refined): the plain and clipped (top 1e-4 of the log weights, by
 the table's rule) reverse ESS of all samples, then of disjoint consecutive subsets of each count, as
 their mean, standard deviation and range over the subsets. "quantile" is the clipped ESS by the
-rule bgp4 used before 2026-12-06 (the log weights clamped to their 1 - 1e-4 quantile), kept here
+rule bgp4 used before commit `a69d6f3` (the log weights clamped to their 1 - 1e-4 quantile), kept here
 to show what that change moves.
 """
 
@@ -30,7 +30,7 @@ def log_weights_of(path: str) -> np.ndarray:
 
 
 def quantile_clipped_ess(log_w: np.ndarray, fraction: float = 1e-4) -> float:
-    """The clipped reverse ESS by bgp4's rule before 2026-12-06: every log weight above the
+    """The clipped reverse ESS by bgp4's rule before commit `a69d6f3`: every log weight above the
     (1 - fraction) quantile of the finite ones (numpy's linear quantile) lowered to it."""
     finite = log_w[np.isfinite(log_w)]
     return reverse_ess(np.minimum(log_w, np.quantile(finite, 1.0 - fraction)) if finite.size else log_w)
