@@ -54,10 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     for path in args.files:
         log_w = log_weights_of(path)
-        print(
-            f"{path}: all {log_w.size}: plain {reverse_ess(log_w):.4f}, clipped {clipped_reverse_ess(log_w):.4f},"
-            f" quantile {quantile_clipped_ess(log_w):.4f}"
-        )
+        whole = ", ".join(f"{kind} {values[0]:.4f}" for kind, values in by_count(log_w, log_w.size).items())
+        print(f"{path}: all {log_w.size}: {whole}")
         for count in args.counts:
             if count > log_w.size:
                 continue
