@@ -165,6 +165,7 @@ def test_analyze_writes_figures_metrics_and_report(trained_run, tmp_path, monkey
 
     metrics = analyze(data, [legacy, fixed], tmp_path / "report", workers=1)
     old, new = metrics["models"]["p4inv"], metrics["models"]["p4inv-fixed"]
+    assert metrics["ramachandran_bins"] == 64
     for model in (old, new):
         assert model["n_samples"] == 600
         for key in (
@@ -346,11 +347,13 @@ def test_sample_and_analyze_commands_succeed(trained_run, tmp_path, cli):
     rerun = cli(*args)
     assert rerun.returncode == 0 and rerun.stdout == result.stdout  # complete: the same summary, no work
     report = tmp_path / "report"
-    result = cli("analyze", run, "--data", data, "--out", report, "--workers", "1")
+    result = cli("analyze", run, "--data", data, "--out", report, "--workers", "1", "--rama-bins", "100")
     assert result.returncode == 0, result.stderr
     assert f"report written to {report / 'report.md'}" in result.stdout
     metrics = json.loads((report / "metrics.json").read_text())
     assert metrics["temperature_K"] == 600.0 and metrics["models"]["p4inv"]["n_samples"] == 600
+    # the table's grid: its KL and TV on 100 x 100 bins, and the report says so
+    assert metrics["ramachandran_bins"] == 100 and "KL(MD || model) of 100 x 100" in (report / "report.md").read_text()
 
 
 @pytest.mark.slow

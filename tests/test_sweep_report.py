@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from bgp4.report import aggregate
 from bgp4.report.aggregate import _interval, collect, paired_difference, render, summarize_sweep, t_interval
 
 # --------------------------------------------------------------------------- statistics
@@ -81,3 +82,29 @@ def test_refined_samples_are_a_variant_of_their_run_in_the_report(tmp_path):
     summary = summarize_sweep(record["models"], collected)
     assert summary["reverse_ess"]["models"]["spline +AIS(5)"]["mean"] == pytest.approx(0.905)
     assert summary["reverse_ess"]["paired"]["spline +AIS(5)"]["n"] == 2
+
+
+def test_the_sweep_report_analyzes_again_the_runs_on_another_grid(tmp_path, monkeypatch):
+    import bgp4.report.analyze as stage
+
+    runs = {f"spline-s{s}": {"model": "spline", "kind": "spline", "objective": "ml", "seed": s} for s in (0, 1, 2)}
+    (tmp_path / "sweep.json").write_text(
+        json.dumps({"data": "d.h5", "models": ["spline"], "seeds": [0, 1, 2], "runs": runs})
+    )
+    for seed, grid in ((0, None), (1, 64), (2, 100)):  # seed 0's report predates the recorded grid: 64
+        report = tmp_path / "runs" / f"spline-s{seed}" / "report"
+        report.mkdir(parents=True)
+        (report.parent / "samples.h5").touch()
+        metrics = {"models": {"spline": {"reverse_ess": 0.5}}, "kT_kJ_per_mol": 2.49, "low_energy_threshold_kT": 1.0}
+        (report / "metrics.json").write_text(
+            json.dumps(metrics if grid is None else {**metrics, "ramachandran_bins": grid})
+        )
+    calls = []
+    monkeypatch.setattr(stage, "analyze", lambda data, runs, out, **kw: calls.append((runs[0].name, kw["rama_bins"])))
+    monkeypatch.setattr(aggregate, "_draw", lambda jobs, executor: {name: [] for name in jobs})
+    assert aggregate.write_sweep_report(tmp_path, rama_bins=100)["ramachandran_bins"] == 100
+    assert calls == [("spline-s0", 100), ("spline-s1", 100)]  # seed 2 is on the asked grid already
+    assert "on 100 x 100 bins" in (tmp_path / "report" / "report.md").read_text()
+    calls.clear()
+    aggregate.write_sweep_report(tmp_path)  # the default grid: seed 2 again
+    assert calls == [("spline-s2", 64)]

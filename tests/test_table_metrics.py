@@ -1,4 +1,4 @@
-"""The field's table metrics: the clipped reverse ESS, the forward ESS and the cost counts."""
+"""The field's table metrics: the clipped reverse ESS, the forward ESS, the cost counts and the grid."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bgp4.analysis.estimators import MAX_RAMA_BINS, TABLE_RAMA_BINS, check_rama_bins
 from bgp4.analysis.weights import clip_log_weights, clipped_reverse_ess, forward_ess, reverse_ess
 from bgp4.errors import InputError
 from bgp4.report.costs import cost_metrics, forward_frames, forward_metrics
+from bgp4.report.render import metrics_section
 from bgp4.simulation.data import md_energy_evaluations, md_steps_per_frame
 from bgp4.simulation.merge import merged_settings
 
@@ -140,3 +142,15 @@ def test_forward_metrics_of_a_real_generator_on_either_data(tmp_path, md_frames,
     (tmp_path / "split.npz").unlink()  # other data needs no split; the run's own data does
     assert forward_metrics(tmp_path, xyz, u, True, same_data=False)["forward_ess_frames"] == 300
     assert forward_metrics(tmp_path, xyz, u, True, same_data=True)["forward_ess"] is None
+
+
+def test_the_tables_ramachandran_grid_is_an_analyze_option(tmp_path, cli):
+    assert check_rama_bins(TABLE_RAMA_BINS) == 100 and check_rama_bins(2.0) == 2
+    for bad in (1, MAX_RAMA_BINS + 1):
+        with pytest.raises(InputError, match="2 to 1000 bins"):
+            check_rama_bins(bad)
+    assert "KL(MD || model) of 100 x 100" in metrics_section(100) and "{grid}" not in metrics_section()
+    # bad input: one line, exit 2, no report directory
+    result = cli("analyze", tmp_path / "run", "--out", tmp_path / "report", "--rama-bins", "1")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "bins per axis" in result.stderr
+    assert not (tmp_path / "report").exists()

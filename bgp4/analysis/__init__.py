@@ -3,6 +3,7 @@
 Modules:
     weights: log weights, self-normalized weights, Kish ESS and its interval.
     residues: every residue's backbone torsions (phi, psi), for any peptide.
+    grid: the Ramachandran grid (bins per axis) and its check.
     estimators: sample-quality metrics (Ramachandran histograms, free energies, distances, MD block errors).
     metrics: one JSON-ready dict of metrics per generator (per residue too).
     plots: the figures of the analysis stage; plots_residues: the per-residue Ramachandran figure;

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from bgp4._io import exclusive
+from bgp4.analysis.grid import MAX_RAMA_BINS, N_BINS, TABLE_RAMA_BINS, check_rama_bins
 from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
 from bgp4.errors import InputError
 from bgp4.report.aggregate import write_sweep_report
@@ -149,17 +150,24 @@ def analyze(
     temperature: Optional[float] = typer.Option(
         None, help="Temperature of the data in K; only for a data file that records none."
     ),
+    rama_bins: int = typer.Option(
+        N_BINS,
+        "--rama-bins",
+        help=f"Bins per axis of the Ramachandran KL and TV (2..{MAX_RAMA_BINS}); {TABLE_RAMA_BINS}: the grid of "
+        "the field's table (TA-BG's KL). With --sweep, runs analyzed on another grid are analyzed again.",
+    ),
 ) -> None:
     """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
+    check_rama_bins(rama_bins)
     if sweep_dir is not None:
         if runs:
             raise InputError("give either run directories or --sweep DIR, not both")
-        write_sweep_report(sweep_dir, refresh=refresh, workers=workers)
+        write_sweep_report(sweep_dir, refresh=refresh, workers=workers, rama_bins=rama_bins)
         typer.echo(f"report written to {sweep_dir / 'report' / 'report.md'}")
         return
     from bgp4.report.analyze import analyze as run_analysis  # lazy: keeps the CLI's start-up free of torch
 
     if not runs:
         raise InputError("name the run directories to analyze (or --sweep DIR)")
-    run_analysis(data, list(runs), out, seed=seed, workers=workers, temperature=temperature)
+    run_analysis(data, list(runs), out, seed=seed, workers=workers, temperature=temperature, rama_bins=rama_bins)
     typer.echo(f"report written to {out / 'report.md'}")

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from bgp4._io import atomic_write
+from bgp4.analysis.grid import N_BINS, check_rama_bins
 from bgp4.errors import InputError, first_line
 from bgp4.stage import Stage
 
@@ -271,6 +272,11 @@ def _sentence(model: str, reference: str, summary: dict[str, Any]) -> str:
     return text.strip()
 
 
+def _grid(record: dict[str, Any]) -> str:
+    bins = int(record.get("ramachandran_bins", N_BINS))
+    return f"{bins} x {bins}"
+
+
 def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
     """Markdown: the table of means and intervals, paired differences, and the figures."""
     models = record["models"]
@@ -288,7 +294,8 @@ def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
         "# bgp4 sweep report\n\n"
         f"MD data: `{record['data']}`; models {', '.join(models)}; seeds {', '.join(map(str, record['seeds']))}.\n"
         f"Each cell: mean over seeds [{LEVEL:.0%} Student-t interval]. Differences are paired by seed "
-        "(same train/test split and sample seed) with a paired t-test.\n\n"
+        "(same train/test split and sample seed) with a paired t-test. "
+        f"Ramachandran KL and TV on {_grid(record)} bins of (phi, psi).\n\n"
         + "\n".join(lines)
         + "\n\n## Comparisons\n\n"
         + comparisons
@@ -349,25 +356,39 @@ def _draw(jobs: dict[str, tuple], executor: Executor | None) -> dict[str, list[P
     return {name: function(*args) for name, (function, *args) in jobs.items()}
 
 
+def _report_grid(run: Path) -> int | None:
+    """The Ramachandran grid of a run's report (64 for reports from before the grid was recorded);
+    None without a report."""
+    path = run / "report" / "metrics.json"
+    return json.loads(path.read_text()).get("ramachandran_bins", N_BINS) if path.exists() else None
+
+
 def write_sweep_report(
-    sweep_dir: str | Path, refresh: bool = False, workers: int = 0, executor: Executor | None = None
+    sweep_dir: str | Path,
+    refresh: bool = False,
+    workers: int = 0,
+    executor: Executor | None = None,
+    rama_bins: int = N_BINS,
 ) -> dict[str, Any]:
     """Aggregate the runs of a sweep into `<sweep_dir>/report/`; returns the metrics written.
 
-    Runs that are sampled but have no per-run report (or all of them, with `refresh`) are
-    analyzed first, with the current `bgp4 analyze`. With an `executor` (e.g. a Dask client's,
-    whose workers see `sweep_dir`) the two figures are drawn there, side by side.
+    Runs that are sampled but have no per-run report, or one on another Ramachandran grid than
+    `rama_bins` (or all of them, with `refresh`), are analyzed first, with the current `bgp4
+    analyze`. With an `executor` (e.g. a Dask client's, whose workers see `sweep_dir`) the two
+    figures are drawn there, side by side.
     """
     from bgp4.generator.sample import default_samples_path
     from bgp4.report.analyze import analyze
 
-    sweep_dir = Path(sweep_dir)
+    sweep_dir, rama_bins = Path(sweep_dir), check_rama_bins(rama_bins)
     record, _ = collect(sweep_dir)
     for name in record["runs"]:
         run = sweep_dir / "runs" / name
-        if default_samples_path(run).exists() and (refresh or not (run / "report" / "metrics.json").exists()):
-            analyze(record["data"], [run], run / "report", seed=int(record["runs"][name]["seed"]), workers=workers)
+        if default_samples_path(run).exists() and (refresh or _report_grid(run) != rama_bins):
+            seed = int(record["runs"][name]["seed"])
+            analyze(record["data"], [run], run / "report", seed=seed, workers=workers, rama_bins=rama_bins)
     record, runs = collect(sweep_dir)
+    record["ramachandran_bins"] = rama_bins
     if not any(runs.values()):
         raise InputError(f"no run of {sweep_dir} has been analyzed yet; run the sweep first")
     summary = summarize_sweep(record["models"], runs)
@@ -385,6 +406,7 @@ def write_sweep_report(
         "seeds": record["seeds"],
         "level": LEVEL,
         "reference_model": record["models"][0],
+        "ramachandran_bins": rama_bins,
         "metrics": summary,
         "figures": {k: [p.name for p in v] for k, v in figures.items()},
     }

@@ -108,15 +108,19 @@ def analyze(
     seed: int = 0,
     workers: int = 0,
     temperature: float | None = None,
+    rama_bins: int = A.N_BINS,
 ) -> dict[str, Any]:
     """Compare the sampled runs with the MD data; writes figures, metrics.json and report.md to `out`.
 
     `temperature` (K) is needed only for a data file that records none (a plain mdtraj file).
+    `rama_bins`: bins per axis of the Ramachandran KL and TV and their MD floors (64; the field's
+    table histograms its KL on 100); the figures keep 64.
     For a peptide every residue with both backbone torsions gets its own Ramachandran figures and
     metrics (under "residues"); a molecule without a peptide backbone gets energies and weights only.
     """
     if not runs:
         raise InputError("name at least one run directory to analyze")
+    rama_bins = A.check_rama_bins(rama_bins)
     data = load_trajectory(data_path, extras=("replica",))
     molecule = data.molecule()
     temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
@@ -130,7 +134,7 @@ def analyze(
     out.mkdir(parents=True, exist_ok=True)
 
     split = loaded[0][0] / SPLIT if loaded[0][2]["same_data"] else None  # the first run's training frames
-    metrics, ref = _md_reference(data, molecule, temperature, split, seed, workers)
+    metrics, ref = _md_reference(data, molecule, temperature, split, seed, workers, rama_bins)
     figures = _FigureData(ref)
     taken: set[str] = set()
     label = ""
@@ -192,10 +196,11 @@ class _Reference:
     torsions: list[ResidueTorsions]
     angles: _Angles
     threshold: float
+    bins: int  # per axis of the Ramachandran KL and TV
 
 
 def _md_reference(
-    data, molecule, temperature: float, split: Path | None, seed: int, workers: int
+    data, molecule, temperature: float, split: Path | None, seed: int, workers: int, bins: int
 ) -> tuple[dict[str, Any], _Reference]:
     """The metrics of the MD data and of NOISE_FRAMES of its frames with noise (the start of
     metrics.json), and the reference the models are compared with. `split`: the training frames
@@ -213,7 +218,7 @@ def _md_reference(
     with OpenMMEnergy(molecule.system, temperature, n_workers=workers or None) as energy:
         u_noisy = energy.energies_kjmol(A.noisy_reference(data.xyz[pick], rng=rng)) / kT
     angles = _angles(data.xyz, molecule, pair, torsions)
-    ref = _Reference(molecule, kT, data.xyz, data.settings, u_md, u_noisy, pair, torsions, angles, threshold)
+    ref = _Reference(molecule, kT, data.xyz, data.settings, u_md, u_noisy, pair, torsions, angles, threshold, bins)
     replica = data.extras.get("replica")  # the block errors stay within one MD replica
     md = summarize_reference(u_md, threshold, phi=ref.angles.phi, groups=replica)
     md["residues"] = {t.label: state_summary(ref.angles.res_phi[:, i], replica) for i, t in enumerate(torsions)}
@@ -223,6 +228,7 @@ def _md_reference(
         "low_energy_threshold_kT": threshold,
         "molecule": molecule.name,
         "torsion_pair": None if pair is None else pair.label,
+        "ramachandran_bins": bins,
         "md": md,
         A.NOISE_KEY: summarize_reference(u_noisy, threshold, u_md_kT=u_md),
         "models": {},
@@ -249,6 +255,7 @@ def _model_entry(run: Path, suffix: str, info: dict[str, Any], samples, ref: _Re
         md.phi,
         md.psi,
         ref.threshold,
+        ref.bins,
         weights_defined=defined,
         weights_note=note,
         seed=seed,

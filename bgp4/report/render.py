@@ -10,10 +10,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bgp4.analysis.estimators import NOISE_KEY, NOISE_SIGMA_NM
+from bgp4.analysis.estimators import N_BINS, NOISE_KEY, NOISE_SIGMA_NM
 from bgp4.analysis.metrics import PAIR_KEYS, PAIR_REWEIGHTED_KEYS, REWEIGHTED_KEYS
 
-__all__ = ["METRICS_SECTION", "NOT_DEFINED", "OPTIONAL_KEYS", "format_number", "no_backbone_note", "render_report"]
+__all__ = [
+    "METRICS_SECTION",
+    "NOT_DEFINED",
+    "OPTIONAL_KEYS",
+    "format_number",
+    "metrics_section",
+    "no_backbone_note",
+    "render_report",
+]
 
 
 def format_number(value: Any, digits: int = 4) -> str:
@@ -166,6 +174,7 @@ def _cell(m: dict[str, Any], show: Cell, keys: tuple[str, ...]) -> str:
     return show(m)
 
 
+#: The metric definitions; "{grid}" stands for the Ramachandran grid (`metrics_section` fills it in).
 METRICS_SECTION = (
     "## Metrics\n"
     "\n"
@@ -199,14 +208,14 @@ METRICS_SECTION = (
     "equilibration.\n"
     "- **MD frames drawn by the losses**: the MD frames the training losses drew from, with the MD "
     "integration steps behind just those frames in brackets (equilibration not counted).\n"
-    "- **the table's Ramachandran KL and TV**: bgp4 has one grid, 64 x 64 bins of [-pi, pi]^2, and the "
-    "rows below compare each figure with its MD floor on it; the table's lineage histograms its KL on "
-    "100 x 100 bins, so compare floors, not numbers.\n"
+    "- **the table's Ramachandran KL and TV**: both on the grid named under Ramachandran KL "
+    "(`bgp4 analyze --rama-bins`, 64 by default); the table's lineage histograms its KL on 100 x 100 "
+    "bins (`--rama-bins 100`; its TV's grid is not stated). On another grid compare floors, not numbers.\n"
     "- **reverse ESS by SMC lineage** (only for samples refined with resampling): resampling copies "
     "samples, and the copies' equal weights make the plain Kish ESS overstate; here the weights of all "
     "samples that descend from one starting sample are summed first and the Kish ESS of those sums is "
     "divided by N (copies counted as fully correlated: a lower estimate).\n"
-    "- **Ramachandran KL**: KL(MD || model) of 64 x 64 (phi, psi) histograms on [-pi, pi]^2 (density "
+    "- **Ramachandran KL**: KL(MD || model) of {grid} (phi, psi) histograms on [-pi, pi]^2 (density "
     "floor 1e-10); reweighted under w.\n"
     "- **Ramachandran TV**: total variation 0.5 sum |p_i - q_i| of the same bins' probabilities, in [0, "
     "1].\n"
@@ -224,6 +233,11 @@ METRICS_SECTION = (
     "on the same space, so every constrained bond of the system must be held fixed (not a flow "
     "dimension).\n"
 )
+
+
+def metrics_section(bins: int = N_BINS) -> str:
+    """The report's metric definitions, with the Ramachandran grid of `bins` x `bins` bins."""
+    return METRICS_SECTION.replace("{grid}", f"{int(bins)} x {int(bins)}")
 
 
 def no_backbone_note(molecule: str) -> str:
@@ -337,7 +351,7 @@ def render_report(metrics: dict[str, Any], data_path: str | Path) -> str:
         f"MD data: `{data_path}` at {metrics['temperature_K']:g} K (kT = {metrics['kT_kJ_per_mol']:.4f} kJ/mol). "
         f"Low-energy threshold (max energy of the training frames): {metrics['low_energy_threshold_kT']:.2f} kT.\n\n"
         + _md_line(metrics, backbone)
-        + METRICS_SECTION
+        + metrics_section(metrics.get("ramachandran_bins", N_BINS))
         + "\n## Models\n\n"
         + _table(models, rows)
         + "\nSamples outside the internal-coordinate domain carry no importance weight (their log q is not valid).\n"
