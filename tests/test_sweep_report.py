@@ -7,8 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from bgp4.errors import InputError
 from bgp4.report import aggregate
-from bgp4.report.aggregate import _interval, collect, paired_difference, render, summarize_sweep, t_interval
+from bgp4.report.aggregate import _interval, collect, render, summarize_sweep
+from bgp4.report.seeds import paired_difference, t_interval
 
 # --------------------------------------------------------------------------- statistics
 
@@ -100,11 +102,21 @@ def test_the_sweep_report_analyzes_again_the_runs_on_another_grid(tmp_path, monk
             json.dumps(metrics if grid is None else {**metrics, "ramachandran_bins": grid})
         )
     calls = []
-    monkeypatch.setattr(stage, "analyze", lambda data, runs, out, **kw: calls.append((runs[0].name, kw["rama_bins"])))
+
+    def analyze(data, runs, out, **kw):  # writes the report on the grid asked
+        calls.append((runs[0].name, kw["rama_bins"]))
+        (out / "metrics.json").write_text(json.dumps({**metrics, "ramachandran_bins": kw["rama_bins"]}))
+
+    monkeypatch.setattr(stage, "analyze", analyze)
     monkeypatch.setattr(aggregate, "_draw", lambda jobs, executor: {name: [] for name in jobs})
     assert aggregate.write_sweep_report(tmp_path, rama_bins=100)["ramachandran_bins"] == 100
     assert calls == [("spline-s0", 100), ("spline-s1", 100)]  # seed 2 is on the asked grid already
     assert "on 100 x 100 bins" in (tmp_path / "report" / "report.md").read_text()
     calls.clear()
-    aggregate.write_sweep_report(tmp_path)  # the default grid: seed 2 again
-    assert calls == [("spline-s2", 64)]
+    aggregate.write_sweep_report(tmp_path)  # as `bgp4 sweep` calls it: the grid of the last report
+    assert calls == [] and aggregate.sweep_grid(tmp_path) == 100
+    aggregate.write_sweep_report(tmp_path, rama_bins=64)
+    assert calls == [(f"spline-s{s}", 64) for s in (0, 1, 2)]
+    (tmp_path / "runs" / "spline-s2" / "samples.h5").unlink()  # a report that cannot be made again
+    with pytest.raises(InputError, match="spline-s2 have reports on another Ramachandran grid"):
+        aggregate.write_sweep_report(tmp_path, rama_bins=100)

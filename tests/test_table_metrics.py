@@ -146,7 +146,7 @@ def test_forward_metrics_of_a_real_generator_on_either_data(tmp_path, md_frames,
 
 def test_the_tables_ramachandran_grid_is_an_analyze_option(tmp_path, cli):
     assert check_rama_bins(TABLE_RAMA_BINS) == 100 and check_rama_bins(2.0) == 2
-    for bad in (1, MAX_RAMA_BINS + 1):
+    for bad in (1, 2.5, MAX_RAMA_BINS + 1):
         with pytest.raises(InputError, match="2 to 1000 bins"):
             check_rama_bins(bad)
     assert "KL(MD || model) of 100 x 100" in metrics_section(100) and "{grid}" not in metrics_section()
@@ -154,3 +154,5 @@ def test_the_tables_ramachandran_grid_is_an_analyze_option(tmp_path, cli):
     result = cli("analyze", tmp_path / "run", "--out", tmp_path / "report", "--rama-bins", "1")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "bins per axis" in result.stderr
     assert not (tmp_path / "report").exists()
+    result = cli("analyze", "--sweep", tmp_path / "sweep", "--rama-bins", "5000")
+    assert result.returncode == 2 and "bins per axis" in result.stderr and not (tmp_path / "sweep").exists()

@@ -150,15 +150,17 @@ def analyze(
     temperature: Optional[float] = typer.Option(
         None, help="Temperature of the data in K; only for a data file that records none."
     ),
-    rama_bins: int = typer.Option(
-        N_BINS,
+    rama_bins: Optional[int] = typer.Option(
+        None,
         "--rama-bins",
-        help=f"Bins per axis of the Ramachandran KL and TV (2..{MAX_RAMA_BINS}); {TABLE_RAMA_BINS}: the grid of "
-        "the field's table (TA-BG's KL). With --sweep, runs analyzed on another grid are analyzed again.",
+        help=f"Bins per axis of the Ramachandran KL and TV (2..{MAX_RAMA_BINS}; default {N_BINS}); "
+        f"{TABLE_RAMA_BINS}: the grid of the field's table (TA-BG's KL). With --sweep: default the grid of the "
+        "sweep's last report, and runs analyzed on another grid are analyzed again; `bgp4 sweep` keeps that grid.",
     ),
 ) -> None:
     """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
-    check_rama_bins(rama_bins)
+    if rama_bins is not None:
+        check_rama_bins(rama_bins)
     if sweep_dir is not None:
         if runs:
             raise InputError("give either run directories or --sweep DIR, not both")
@@ -169,5 +171,7 @@ def analyze(
 
     if not runs:
         raise InputError("name the run directories to analyze (or --sweep DIR)")
-    run_analysis(data, list(runs), out, seed=seed, workers=workers, temperature=temperature, rama_bins=rama_bins)
+    run_analysis(
+        data, list(runs), out, seed=seed, workers=workers, temperature=temperature, rama_bins=rama_bins or N_BINS
+    )
     typer.echo(f"report written to {out / 'report.md'}")

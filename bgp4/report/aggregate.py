@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from bgp4._io import atomic_write
-from bgp4.analysis.grid import N_BINS, check_rama_bins
+from bgp4.analysis.grid import N_BINS, check_rama_bins, report_grid
 from bgp4.errors import InputError, first_line
+from bgp4.report.seeds import LEVEL, paired_difference, t_interval
 from bgp4.stage import Stage
 
 # Lazy, inside the functions that need them: bgp4.analysis.plots (matplotlib), bgp4.simulation.data (mdtraj),
@@ -30,9 +31,8 @@ from bgp4.stage import Stage
 # their start, which stays free of those; the sweep client loads them in the background while the runs
 # train (bgp4.sweep.runner._import_report_modules).
 
-__all__ = ["LEVEL", "collect", "paired_difference", "render", "summarize_sweep", "t_interval", "write_sweep_report"]
+__all__ = ["collect", "render", "summarize_sweep", "sweep_grid", "write_sweep_report"]
 
-LEVEL = 0.95
 #: Seconds to wait for figures drawn through an executor before drawing them locally instead.
 FIGURE_TIMEOUT_S = 300
 #: Display order and labels of the metrics bgp4's analysis is known to write; others follow by name.
@@ -94,47 +94,6 @@ def _label(key: str) -> str:
     """A metric's label: KNOWN's, with the residue of a per-residue key ("dF_phi_kT [ALA3]")."""
     base, _, residue = key.partition(" [")
     return f"{KNOWN.get(base, base)}, {residue.rstrip(']')}" if residue else KNOWN.get(key, key)
-
-
-def _finite(values: list[float | None]) -> np.ndarray:
-    array = np.array([v for v in values if v is not None], dtype=np.float64)
-    return array[np.isfinite(array)]
-
-
-def t_interval(values: list[float | None], level: float = LEVEL) -> dict[str, Any]:
-    """Mean and Student-t interval of the finite values: {mean, low, high, n} (None where undefined)."""
-    from scipy import stats
-
-    x = _finite(values)
-    n = int(x.size)
-    if n == 0:
-        return {"mean": None, "low": None, "high": None, "n": 0}
-    mean = float(x.mean())
-    if n < 2:
-        return {"mean": mean, "low": None, "high": None, "n": n}
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
-
-
-def paired_difference(
-    values: list[float | None], reference: list[float | None], level: float = LEVEL
-) -> dict[str, Any]:
-    """`values - reference` over pairs where both are finite: t interval of the mean and paired t-test p."""
-    from scipy import stats
-
-    pairs = [
-        (a, b)
-        for a, b in zip(values, reference)
-        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
-    ]
-    result = t_interval([a - b for a, b in pairs], level)
-    result["p"] = None
-    if len(pairs) >= 2:
-        a, b = np.array(pairs, dtype=np.float64).T
-        if np.any(a != b):
-            p = float(stats.ttest_rel(a, b).pvalue)
-            result["p"] = p if math.isfinite(p) else None
-    return result
 
 
 def _metric_order(keys: set[str]) -> list[str]:
@@ -273,6 +232,7 @@ def _sentence(model: str, reference: str, summary: dict[str, Any]) -> str:
 
 
 def _grid(record: dict[str, Any]) -> str:
+    """ "B x B" of the record's Ramachandran grid."""
     bins = int(record.get("ramachandran_bins", N_BINS))
     return f"{bins} x {bins}"
 
@@ -356,11 +316,9 @@ def _draw(jobs: dict[str, tuple], executor: Executor | None) -> dict[str, list[P
     return {name: function(*args) for name, (function, *args) in jobs.items()}
 
 
-def _report_grid(run: Path) -> int | None:
-    """The Ramachandran grid of a run's report (64 for reports from before the grid was recorded);
-    None without a report."""
-    path = run / "report" / "metrics.json"
-    return json.loads(path.read_text()).get("ramachandran_bins", N_BINS) if path.exists() else None
+def sweep_grid(sweep_dir: str | Path) -> int:
+    """The Ramachandran grid a sweep reports on: that of its last report, else N_BINS."""
+    return report_grid(Path(sweep_dir) / "report") or N_BINS
 
 
 def write_sweep_report(
@@ -368,29 +326,32 @@ def write_sweep_report(
     refresh: bool = False,
     workers: int = 0,
     executor: Executor | None = None,
-    rama_bins: int = N_BINS,
+    rama_bins: int | None = None,
 ) -> dict[str, Any]:
     """Aggregate the runs of a sweep into `<sweep_dir>/report/`; returns the metrics written.
 
-    Runs that are sampled but have no per-run report, or one on another Ramachandran grid than
-    `rama_bins` (or all of them, with `refresh`), are analyzed first, with the current `bgp4
-    analyze`. With an `executor` (e.g. a Dask client's, whose workers see `sweep_dir`) the two
-    figures are drawn there, side by side.
+    `rama_bins`: the Ramachandran grid (None: that of the sweep's last report, else 64). Runs
+    that are sampled but have no per-run report, or one on another grid (or all of them, with
+    `refresh`), are analyzed first, with the current `bgp4 analyze`; InputError when a run's report
+    is on another grid and its samples are gone. With an `executor` (e.g. a Dask client's, whose
+    workers see `sweep_dir`) the two figures are drawn there, side by side.
     """
     from bgp4.generator.sample import default_samples_path
     from bgp4.report.analyze import analyze
 
-    sweep_dir, rama_bins = Path(sweep_dir), check_rama_bins(rama_bins)
+    sweep_dir = Path(sweep_dir)
+    rama_bins = sweep_grid(sweep_dir) if rama_bins is None else check_rama_bins(rama_bins)
     record, _ = collect(sweep_dir)
     for name in record["runs"]:
         run = sweep_dir / "runs" / name
-        if default_samples_path(run).exists() and (refresh or _report_grid(run) != rama_bins):
+        if default_samples_path(run).exists() and (refresh or report_grid(run / "report") != rama_bins):
             seed = int(record["runs"][name]["seed"])
             analyze(record["data"], [run], run / "report", seed=seed, workers=workers, rama_bins=rama_bins)
+    other = [n for n in record["runs"] if report_grid(sweep_dir / "runs" / n / "report") not in (None, rama_bins)]
+    if other:
+        raise InputError(f"runs {', '.join(other)} have reports on another Ramachandran grid and no samples to analyze")
     record, runs = collect(sweep_dir)
     record["ramachandran_bins"] = rama_bins
-    if not any(runs.values()):
-        raise InputError(f"no run of {sweep_dir} has been analyzed yet; run the sweep first")
     summary = summarize_sweep(record["models"], runs)
     out = sweep_dir / "report"
     out.mkdir(parents=True, exist_ok=True)

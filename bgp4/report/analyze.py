@@ -24,10 +24,10 @@ from bgp4.generator.rundir import MODEL, SPLIT, RunDirectory
 from bgp4.generator.sample import REFINED_EXTRAS, SAMPLE_EXTRAS, default_samples_path, refined_path
 from bgp4.report.costs import cost_metrics, forward_metrics
 from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pipeline format numbers as the report does
-    METRICS_SECTION,
     NOT_DEFINED,
     OPTIONAL_KEYS,
     format_number,
+    metrics_section,
     render_report,
 )
 from bgp4.simulation.data import load_trajectory, resolve_temperature
@@ -44,7 +44,7 @@ __all__ = [
     "format_number",
     "NOT_DEFINED",
     "OPTIONAL_KEYS",
-    "METRICS_SECTION",
+    "metrics_section",
     "render_report",
 ]
 

@@ -14,7 +14,6 @@ from bgp4.analysis.estimators import N_BINS, NOISE_KEY, NOISE_SIGMA_NM
 from bgp4.analysis.metrics import PAIR_KEYS, PAIR_REWEIGHTED_KEYS, REWEIGHTED_KEYS
 
 __all__ = [
-    "METRICS_SECTION",
     "NOT_DEFINED",
     "OPTIONAL_KEYS",
     "format_number",
@@ -175,7 +174,7 @@ def _cell(m: dict[str, Any], show: Cell, keys: tuple[str, ...]) -> str:
 
 
 #: The metric definitions; "{grid}" stands for the Ramachandran grid (`metrics_section` fills it in).
-METRICS_SECTION = (
+_METRICS_TEMPLATE = (
     "## Metrics\n"
     "\n"
     "All energies are reduced, u = U / kT at the data's temperature; w = exp(-u - log q) are the "
@@ -210,7 +209,8 @@ METRICS_SECTION = (
     "integration steps behind just those frames in brackets (equilibration not counted).\n"
     "- **the table's Ramachandran KL and TV**: both on the grid named under Ramachandran KL "
     "(`bgp4 analyze --rama-bins`, 64 by default); the table's lineage histograms its KL on 100 x 100 "
-    "bins (`--rama-bins 100`; its TV's grid is not stated). On another grid compare floors, not numbers.\n"
+    "bins (`--rama-bins 100`; its TV's grid is not stated). A figure, its floor and their ratio hold for "
+    "their own grid and sample count only.\n"
     "- **reverse ESS by SMC lineage** (only for samples refined with resampling): resampling copies "
     "samples, and the copies' equal weights make the plain Kish ESS overstate; here the weights of all "
     "samples that descend from one starting sample are summed first and the Kish ESS of those sums is "
@@ -237,7 +237,7 @@ METRICS_SECTION = (
 
 def metrics_section(bins: int = N_BINS) -> str:
     """The report's metric definitions, with the Ramachandran grid of `bins` x `bins` bins."""
-    return METRICS_SECTION.replace("{grid}", f"{int(bins)} x {int(bins)}")
+    return _METRICS_TEMPLATE.replace("{grid}", f"{int(bins)} x {int(bins)}")
 
 
 def no_backbone_note(molecule: str) -> str:

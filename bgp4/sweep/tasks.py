@@ -170,6 +170,7 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         import torch
 
         from bgp4.generator.sample import refine_run, sample_run
+        from bgp4.report.aggregate import sweep_grid
         from bgp4.report.analyze import analyze
 
         torch.set_num_threads(spec.threads)
@@ -189,7 +190,10 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         # a report older than the samples was made from samples since drawn again (`renew`)
         analyzed = sampled or not report.exists() or report.stat().st_mtime < _newest_samples(run)
         if analyzed:
-            analyze(spec.train["data"], [run], run / "report", seed=spec.seed, workers=spec.train["workers"])
+            grid = sweep_grid(run.parent.parent)  # the grid the sweep reports on: one analysis, not two
+            analyze(
+                spec.train["data"], [run], run / "report", seed=spec.seed, workers=spec.train["workers"], rama_bins=grid
+            )
             say("analyze: metrics in report/metrics.json")
         wall = time.perf_counter() - started
         tasks = [*_task_records(run), {"task": "finish", "wall_s": round(wall, 3), "build_s": 0.0}]

@@ -17,7 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
-from bgp4.report.aggregate import collect, paired_difference, t_interval
+from bgp4.report.aggregate import collect
+from bgp4.report.seeds import paired_difference, t_interval
 
 __all__ = ["per_seed", "compare", "main"]
 
