@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bgp4.analysis.estimators import MAX_RAMA_BINS, TABLE_RAMA_BINS, check_rama_bins
+from bgp4.analysis.grid import MAX_RAMA_BINS, TABLE_RAMA_BINS, check_rama_bins
 from bgp4.analysis.weights import clip_log_weights, clipped_reverse_ess, forward_ess, reverse_ess
 from bgp4.errors import InputError
 from bgp4.report.costs import cost_metrics, forward_frames, forward_metrics

@@ -13,12 +13,7 @@ from typing import Any
 import numpy as np
 
 from bgp4.analysis._arrays import _as_1d, _same_length
-from bgp4.analysis.grid import (  # noqa: F401 - re-exported: the grid with the histograms that use it
-    MAX_RAMA_BINS,
-    N_BINS,
-    TABLE_RAMA_BINS,
-    check_rama_bins,
-)
+from bgp4.analysis.grid import N_BINS  # noqa: F401 - re-exported: the default grid with the histograms
 from bgp4.analysis.residues import dihedral_angles
 from bgp4.analysis.weights import (  # noqa: F401 - re-exported: the metric functions in one namespace
     CI_LEVEL,
@@ -35,15 +30,12 @@ __all__ = [
     "KL_EPS",
     "NOISE_KEY",
     "NOISE_SIGMA_NM",
-    "MAX_RAMA_BINS",
     "N_BINS",
-    "TABLE_RAMA_BINS",
     "N_BLOCKS",
     "N_BOOTSTRAP",
     "angle_edges",
     "backbone_dihedrals",
     "block_standard_error",
-    "check_rama_bins",
     "energy_shift",
     "energy_w2",
     "free_energy_1d",

@@ -15,6 +15,7 @@ import numpy as np
 from bgp4._io import atomic_write
 from bgp4.analysis import estimators as A
 from bgp4.analysis import plots, plots_residues
+from bgp4.analysis.grid import check_rama_bins
 from bgp4.analysis.metrics import TorsionPair, model_metrics, state_summary, summarize_reference
 from bgp4.analysis.residues import ResidueTorsions, dihedral_angles, residue_dihedrals, residue_torsions
 from bgp4.analysis.weights import lineage_ess
@@ -120,7 +121,7 @@ def analyze(
     """
     if not runs:
         raise InputError("name at least one run directory to analyze")
-    rama_bins = A.check_rama_bins(rama_bins)
+    rama_bins = check_rama_bins(rama_bins)
     data = load_trajectory(data_path, extras=("replica",))
     molecule = data.molecule()
     temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)
