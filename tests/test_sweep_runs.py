@@ -183,7 +183,13 @@ def test_a_run_trained_in_parts_by_the_sweep_equals_an_unbroken_run(tiny_sweep, 
     parts, unbroken = (
         torch.load(r / "model.pt", weights_only=True)["state_dict"] for r in (run, tmp_path / "unbroken")
     )
-    assert parts.keys() == unbroken.keys() and all(torch.equal(parts[k], unbroken[k]) for k in parts)
+    assert parts.keys() == unbroken.keys()
+    # The float64 PCA of the training frames (LAPACK) can differ in its last bits between two processes
+    # with other thread counts (the sweep's worker runs 1, this process 2): seen only on a busy machine,
+    # 8.5e-15 in pca_vectors, with every trained weight and logged figure still equal.
+    exact = [k for k in parts if ".pca_" not in k]
+    assert len(exact) < len(parts) and all(torch.equal(parts[k], unbroken[k]) for k in exact)
+    assert all(torch.allclose(parts[k], unbroken[k], rtol=0.0, atol=1e-12) for k in parts)
     assert [r["global_step"] for r in _records(run)] == [r["global_step"] for r in _records(tmp_path / "unbroken")]
 
 
