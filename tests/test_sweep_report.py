@@ -120,3 +120,11 @@ def test_the_sweep_report_analyzes_again_the_runs_on_another_grid(tmp_path, monk
     (tmp_path / "runs" / "spline-s2" / "samples.h5").unlink()  # a report that cannot be made again
     with pytest.raises(InputError, match="spline-s2 have reports on another Ramachandran grid"):
         aggregate.write_sweep_report(tmp_path, rama_bins=100)
+
+
+def test_a_sweep_without_analyzed_runs_has_no_report(tmp_path):
+    runs = {"spline-s0": {"model": "spline", "kind": "spline", "objective": "ml", "seed": 0}}
+    (tmp_path / "sweep.json").write_text(json.dumps({"data": "d.h5", "models": ["spline"], "seeds": [0], "runs": runs}))
+    with pytest.raises(InputError, match="no run of .* has been analyzed yet"):
+        aggregate.write_sweep_report(tmp_path)
+    assert not (tmp_path / "report").exists()

@@ -232,7 +232,7 @@ def _sentence(model: str, reference: str, summary: dict[str, Any]) -> str:
 
 
 def _grid(record: dict[str, Any]) -> str:
-    """ "B x B" of the record's Ramachandran grid."""
+    """The record's Ramachandran grid as "B x B"."""
     bins = int(record.get("ramachandran_bins", N_BINS))
     return f"{bins} x {bins}"
 
@@ -351,6 +351,8 @@ def write_sweep_report(
     if other:
         raise InputError(f"runs {', '.join(other)} have reports on another Ramachandran grid and no samples to analyze")
     record, runs = collect(sweep_dir)
+    if not any(runs.values()):
+        raise InputError(f"no run of {sweep_dir} has been analyzed yet; run the sweep first")
     record["ramachandran_bins"] = rama_bins
     summary = summarize_sweep(record["models"], runs)
     out = sweep_dir / "report"
