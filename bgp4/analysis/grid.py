@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bgp4.errors import InputError
 
-__all__ = ["MAX_RAMA_BINS", "N_BINS", "TABLE_RAMA_BINS", "check_rama_bins", "report_grid"]
+__all__ = ["MAX_RAMA_BINS", "N_BINS", "TABLE_RAMA_BINS", "check_rama_bins", "grid_label", "report_grid"]
 
 #: Default number of bins per axis for Ramachandran histograms and free-energy profiles.
 N_BINS = 64
@@ -28,6 +28,11 @@ def check_rama_bins(bins: int) -> int:
     if not float(bins).is_integer() or not 2 <= int(bins) <= MAX_RAMA_BINS:
         raise InputError(f"the Ramachandran grid takes 2 to {MAX_RAMA_BINS} bins per axis, got {bins}")
     return int(bins)
+
+
+def grid_label(bins: int = N_BINS) -> str:
+    """The grid as a report names it: "64 x 64"."""
+    return f"{int(bins)} x {int(bins)}"
 
 
 def report_grid(report: str | Path) -> int | None:

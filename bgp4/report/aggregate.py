@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bgp4._io import atomic_write
-from bgp4.analysis.grid import N_BINS, check_rama_bins, report_grid
+from bgp4.analysis.grid import N_BINS, check_rama_bins, grid_label, report_grid
 from bgp4.errors import InputError, first_line
 from bgp4.report.seeds import LEVEL, paired_difference, t_interval
 from bgp4.stage import Stage
@@ -231,12 +231,6 @@ def _sentence(model: str, reference: str, summary: dict[str, Any]) -> str:
     return text.strip()
 
 
-def _grid(record: dict[str, Any]) -> str:
-    """The record's Ramachandran grid as "B x B"."""
-    bins = int(record.get("ramachandran_bins", N_BINS))
-    return f"{bins} x {bins}"
-
-
 def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
     """Markdown: the table of means and intervals, paired differences, and the figures."""
     models = record["models"]
@@ -255,7 +249,7 @@ def render(record: dict[str, Any], summary: dict[str, Any]) -> str:
         f"MD data: `{record['data']}`; models {', '.join(models)}; seeds {', '.join(map(str, record['seeds']))}.\n"
         f"Each cell: mean over seeds [{LEVEL:.0%} Student-t interval]. Differences are paired by seed "
         "(same train/test split and sample seed) with a paired t-test. "
-        f"Ramachandran KL and TV on {_grid(record)} bins of (phi, psi).\n\n"
+        f"Ramachandran KL and TV on {grid_label(record.get('ramachandran_bins', N_BINS))} bins of (phi, psi).\n\n"
         + "\n".join(lines)
         + "\n\n## Comparisons\n\n"
         + comparisons
@@ -342,12 +336,15 @@ def write_sweep_report(
     sweep_dir = Path(sweep_dir)
     rama_bins = sweep_grid(sweep_dir) if rama_bins is None else check_rama_bins(rama_bins)
     record, _ = collect(sweep_dir)
+    other = []  # runs on another grid that cannot be analyzed again
     for name in record["runs"]:
         run = sweep_dir / "runs" / name
-        if default_samples_path(run).exists() and (refresh or report_grid(run / "report") != rama_bins):
+        grid = report_grid(run / "report")
+        if default_samples_path(run).exists() and (refresh or grid != rama_bins):
             seed = int(record["runs"][name]["seed"])
             analyze(record["data"], [run], run / "report", seed=seed, workers=workers, rama_bins=rama_bins)
-    other = [n for n in record["runs"] if report_grid(sweep_dir / "runs" / n / "report") not in (None, rama_bins)]
+        elif grid not in (None, rama_bins):
+            other.append(name)
     if other:
         raise InputError(f"runs {', '.join(other)} have reports on another Ramachandran grid and no samples to analyze")
     record, runs = collect(sweep_dir)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bgp4.analysis.estimators import N_BINS, NOISE_KEY, NOISE_SIGMA_NM
+from bgp4.analysis.grid import grid_label
 from bgp4.analysis.metrics import PAIR_KEYS, PAIR_REWEIGHTED_KEYS, REWEIGHTED_KEYS
 
 __all__ = [
@@ -237,7 +238,7 @@ _METRICS_TEMPLATE = (
 
 def metrics_section(bins: int = N_BINS) -> str:
     """The report's metric definitions, with the Ramachandran grid of `bins` x `bins` bins."""
-    return _METRICS_TEMPLATE.replace("{grid}", f"{int(bins)} x {int(bins)}")
+    return _METRICS_TEMPLATE.replace("{grid}", grid_label(bins))
 
 
 def no_backbone_note(molecule: str) -> str:
