@@ -56,7 +56,7 @@ dense_run 7
 [ -f "$out/ala2-300K-remd-dense-x4.h5" ] || bgp4 merge \
   "$out/ala2-300K-remd-dense-x4.h5" "$out"/ala2-300K-remd-dense-s{4,5,6,7}.h5
 # A fifth seed, kept out of every training file: the held-out run the TV target is scored against
-# (run/results/benchmark-300K, "The TV target against a fifth, held-out run"). 1 h 41 min on one core
+# (run/results/benchmark-300K/million-frames.md, "The TV target against a fifth, held-out run"). 1 h 41 min on one core
 # beside a replica exchange.
 dense_run 8
 
@@ -73,7 +73,7 @@ bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-300K-remd-dense-s
   --velocity-refresh exchange --quiet
 
 # Issue 27 on the published tetrapeptide target: TA-BG's code holds the X-H bonds (bgp4's default
-# system, 98 flow dims; run/results/benchmark-300K/, "The published tetrapeptide target"). The same
+# system, 98 flow dims; run/results/benchmark-300K/tetrapeptide.md, "The published tetrapeptide target"). The same
 # dense run with the bonds held: 2 fs steps, a frame every 50 (0.1 ps), half the steps of the run above:
 # about 3.5-4 h on one core (estimated from that run's 6.5-8 h).
 bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-hbonds-300K-remd-dense-s4.h5" --temperature 300 \

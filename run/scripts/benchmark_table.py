@@ -14,7 +14,7 @@ count ("spline (ml, 250 steps)"). A row whose runs trained with another objectiv
 batch and its energy steps, counted along the `--init` chain where the runs it started from
 trained with the energy too, and the likelihood steps of the run the chain starts from ("spline
 (fab, batch 2048, 600 + 600 steps, after 250 ml steps)"; FAB's batch sets its
-gradient noise, see run/results/benchmark-300K/). Prints a Markdown table; `--out` writes it too.
+gradient noise, see run/results/benchmark-300K/fab.md). Prints a Markdown table; `--out` writes it too.
 MD frames count as evaluations, as in the table: the data file's MD steps (equilibration and every
 replica-exchange temperature included) are a column of their own.
 """

@@ -1,7 +1,7 @@
 """P(phi > 0) at a data file's temperature by well-tempered metadynamics on phi and psi: a check of
 replica-exchange data where plain MD is too slow to cross, and where umbrella sampling along phi
 alone leaves psi to relax by itself (two umbrella walks with 1 ns windows gave 0.022 and 0.0015:
-run/results/benchmark-300K). One walk of 50 ns takes about 35-55 min of one core.
+run/results/benchmark-300K/data-checks.md). One walk of 50 ns takes about 35-55 min of one core.
 
     python run/scripts/metad_phi.py DATA.h5 --out WORK [--ns 50] [--seed 1] [--bias-factor 6]
         [--height 1.0] [--width 20] [--pace 500] [--chunk-ps 100] [--json F]

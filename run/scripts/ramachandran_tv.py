@@ -13,7 +13,8 @@ N-frame subsamples of each OTHER (no replacement, seeded): against REF, that is 
 independent sampler of OTHER's distribution, the one a generator of N samples is held to (the
 subsamples are unweighted; an OTHER with fewer than N frames is said to be too small).
 Why: at 20,000 samples no TV can fall below about 0.08, so the field's published 1e-2 needs
-sample counts of MD's size to be judged (run/results/benchmark-300K, "The TV target at MD-sized sample counts").
+sample counts of MD's size to be judged (run/results/benchmark-300K/dense-data.md,
+"The dense data made again, and the TV target at MD-sized sample counts").
 """
 
 from __future__ import annotations

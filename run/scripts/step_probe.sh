@@ -2,7 +2,7 @@
 # Likelihood step count for a small data set: one seed, one run per step count (each with its own
 # cosine schedule), 20,000 samples each, and a table of test NLL, reverse ESS (raw and clipped),
 # forward ESS and mean sample energy. On 50,000 frames of alanine dipeptide at 300 K the ESS was
-# best at 250 steps and fell after (run/results/benchmark-300K/); `--keep-best` on a long run does
+# best at 250 steps and fell after (run/results/benchmark-300K/ml-50000-frames.md); `--keep-best` on a long run does
 # not stand in for this probe (same study).
 #
 #   bash run/scripts/step_probe.sh DATA OUT [STEPS ...]     # default steps 125 250 500 1000

@@ -4,7 +4,7 @@
 
 Used to ask whether the number of training frames alone explains a generator's reverse ESS: the
 600 K recipe that reaches 0.80 on 1,000,000 frames, trained on 50,000 of them spaced as the
-300 K replica-exchange data are (run/results/benchmark-300K, "How many frames").
+300 K replica-exchange data are (run/results/benchmark-300K/ml-50000-frames.md, "How many frames").
 
 The subset is a plain bgp4 data file with the input's settings, `frames` set to N, `save_every`
 multiplied by the stride (so frames x save_every is still the MD behind them) and `subset_of`

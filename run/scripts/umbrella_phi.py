@@ -27,7 +27,7 @@ both at 135-175), so the walk carries its psi from window to window and MBAR, wh
 cannot correct for it. With
 250 ps windows one walk gave 0.012 +- 0.003; with 1,000 ps two walks (seeds 18, 19) gave 0.022 +-
 0.003 and 0.0015 +- 0.0002, 7 of their combined errors apart, the second with psi held on one side
-through phi = 15-50 degrees (run/results/benchmark-300K). The standard error of one walk does not
+through phi = 15-50 degrees (run/results/benchmark-300K/data-checks.md). The standard error of one walk does not
 see this: compare walks, and prefer run/scripts/metad_phi.py, which biases psi as well.
 
 WORK holds the run's settings and target (`umbrella.json`; the WORK of another run, or windows
