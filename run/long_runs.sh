@@ -85,7 +85,7 @@ bgp4 simulate --molecule alanine-tetrapeptide --out "$out/ala4-hbonds-300K-remd-
 # another Hamiltonian (2.0 kT rms apart on the 300 K frames). The same four dense runs, merged; about
 # 6-9 h of one core each (estimated), 4-6x the amber99sb-ildn runs: OBC1 is a CustomGBForce, so `auto` runs
 # it on the CPU platform (3,000-4,200 steps/s here; Reference: about 530). Train on it into another OUT than the amber99sb-ildn rows: ONLY_DENSE=1
-# DENSE_FILE=ala2-amber96-300K-remd-dense-x4.h5 DENSE_STEPS=32000 DENSE_KEEP_BEST=1 bash run/benchmark_300K.sh OUT-amber96.
+# DENSE_FILE=ala2-amber96-300K-remd-dense-x4.h5 DENSE_STEPS=32000 DENSE_KEEP_BEST=1 SAMPLES=20000 bash run/benchmark_300K.sh OUT-amber96 OUT.
 for seed in 4 5 6 7; do dense_run "$seed" amber96; done
 [ -f "$out/ala2-amber96-300K-remd-dense-x4.h5" ] || bgp4 merge \
   "$out/ala2-amber96-300K-remd-dense-x4.h5" "$out"/ala2-amber96-300K-remd-dense-s{4,5,6,7}.h5
