@@ -19,7 +19,7 @@
 # and 600 more steps from those runs (bgp4 sweep --init) 0.555 clipped without AIS and 0.904 clipped after AIS(20)).
 # DENSE_STEPS > 0 adds the ML rows on the dense data (run/long_runs.sh: 500,000 frames 0.1 ps apart from two
 # replica-exchange runs, ala2-300K-remd-dense-x2.h5), which do not overfit by 10,000 steps (the study's
-# value; about 35 min of training per spline run and 50 per spline-p4inv run on one core), and with FAB_STEPS
+# value; about 35-38 min of training per spline run and 39 per spline-p4inv run on one core), and with FAB_STEPS
 # FAB after their spline runs too. DENSE_FILE names the dense file in DATA: ala2-300K-remd-dense-x4.h5 (four
 # runs, 1,000,000 frames; run/long_runs.sh makes it) instead of the two-run x2. DENSE_WD > 0 trains those rows
 # with the tetrapeptide's recipe below (AdamW weight decay DENSE_WD, the best test NLL's weights kept, AIS(48)) into
