@@ -27,6 +27,7 @@ __all__ = [
     "append_record",
     "atomic_write",
     "check_output_file",
+    "check_output_name",
     "exclusive",
     "file_fingerprint",
     "read_records",
@@ -43,13 +44,19 @@ def temporary_path(path: str | os.PathLike) -> Path:
     return path.with_name(f"{path.stem}.tmp{path.suffix}")
 
 
-def check_output_file(out: Path) -> None:
-    """Refuse (InputError) an output that is no writable mdtraj HDF5 file path (`.h5`); creates its
-    directory."""
+def check_output_name(out: Path) -> None:
+    """Refuse (InputError) an output that is no mdtraj HDF5 file name (`.h5`), or is a directory;
+    touches nothing, so that it can run before any other check of an existing output."""
     if out.suffix != ".h5":
         raise InputError(f"output must be an mdtraj HDF5 file ending in .h5, got {out}")
     if out.is_dir():
         raise InputError(f"output {out} is a directory")
+
+
+def check_output_file(out: Path) -> None:
+    """Refuse (InputError) an output that is no writable mdtraj HDF5 file path (`.h5`); creates its
+    directory."""
+    check_output_name(out)
     parent = out.parent if str(out.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -119,6 +119,19 @@ def _refine(
         say(f"note: {note}")
 
 
+def _train_settings(preset: str, model: str, data: Path, seed: int, device: str) -> TrainSettings:
+    """A model's train settings in the preset, checked before the MD stage runs (a bad --device
+    is refused before hours of MD, not after)."""
+    from bgp4.platform import resolve_device
+
+    resolve_device(device)  # a device torch does not know, or CUDA without a GPU
+    settings = TrainSettings(
+        data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model)
+    )
+    settings.validated()
+    return settings
+
+
 def run_pipeline(
     preset: str,
     out: str | Path,
@@ -140,6 +153,7 @@ def run_pipeline(
     md_settings = dataclasses.replace(MDSettings(**p["md"]), seed=seed, **(md or {}))
     md_settings.resolved()  # a bad molecule or system is refused before anything is written
     data = data_path(out, md_settings)
+    trains = {m: _train_settings(preset, m, data, seed, device) for m in p["models"]}
     if completed(data, md_settings):
         say(f"simulate: {data} is complete, skipped")
     else:
@@ -150,11 +164,8 @@ def run_pipeline(
     runs = []
     for model in p["models"]:
         run = out / "runs" / model
-        settings = TrainSettings(
-            data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model)
-        )
         with exclusive(run):  # as `bgp4 train --out RUN` would hold it
-            summary, trained = train(settings, run, progress=progress)
+            summary, trained = train(trains[model], run, progress=progress)
         say(
             f"train {model}: {'done' if trained else 'complete, skipped'}; test NLL "
             f"{format_number(summary.get('test_nll_end'))}"

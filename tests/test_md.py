@@ -241,12 +241,16 @@ def test_finished_file_is_not_overwritten(tmp_path, cli):
     assert out.read_bytes() == b"precious"
 
 
-@pytest.mark.parametrize("name, message", [("bad.txt", "ending in .h5"), ("folder.h5", "is no `bgp4 simulate` output")])
+@pytest.mark.parametrize(
+    "name, message",
+    [("bad.txt", "ending in .h5"), ("folder.h5", "is a directory"), ("taken.txt", "ending in .h5")],
+)
 def test_an_output_that_is_no_h5_file_path_is_refused(tmp_path, cli, name, message):
     (tmp_path / "folder.h5").mkdir()
+    (tmp_path / "taken.txt").write_text("x")  # an existing file: --overwrite would not help either
     result = cli("simulate", "--out", str(tmp_path / name), "--frames", "5")
-    assert result.returncode == 2 and message in result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.h5"]
+    assert result.returncode == 2 and message in result.stderr and "--overwrite" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.h5", "taken.txt"]
 
 
 def test_unwritable_path_is_refused(tmp_path):

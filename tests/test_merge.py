@@ -74,6 +74,7 @@ def test_merge_concatenates_frames_and_records_its_sources(small, cli, tmp_path)
         ("plain mdtraj", "is no bgp4 MD data file (kind: none recorded)"),
         ("temporary name", "(or its temporary file) is one of the inputs"),
         ("not .h5", "ending in .h5"),
+        ("directory input", "is a directory, not a data file"),
     ],
 )
 def test_bad_input_exits_2_with_nothing_written(small, cli, tmp_path, case, message):
@@ -93,7 +94,9 @@ def test_bad_input_exits_2_with_nothing_written(small, cli, tmp_path, case, mess
         "plain mdtraj": [out, a, small["plain"]],
         "temporary name": [out, a, twin],
         "not .h5": [tmp_path / "m.txt", a, b],
+        "directory input": [out, a, a.parent / "a-directory.h5"],
     }[case]
+    (a.parent / "a-directory.h5").mkdir(exist_ok=True)
     if case == "out exists":
         out.write_text("keep me")
     before = {p: p.stat().st_mtime_ns for p in [*small.values(), twin]}

@@ -211,10 +211,34 @@ def test_refinement_is_part_of_every_run_and_of_its_done_check(md_file, tmp_path
         (["--worker-memory", "-1"], "--worker-memory must be 0 (no limit) or at least"),
         (["--worker-memory", "nan"], "--worker-memory must be 0 (no limit) or at least"),
         (["--worker-memory", "4", "--scheduler", "tcp://127.0.0.1:1"], "not of --scheduler's"),
+        (["--workers", "-3"], "--workers must be 0 (the default size) or more, not -3"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
     result = cli("sweep", "--data", md_file, "--out", tmp_path / "sweep", *args)
+    assert message in _one_line_error(result)
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("junk", "is not an mdtraj HDF5 trajectory file"),
+        ("directory", "is a directory, not a data file"),
+        ("no settings", "is no bgp4 MD data file (kind: none recorded)"),
+    ],
+)
+def test_a_data_file_that_is_no_md_data_is_refused_before_any_worker_starts(md_file, tmp_path, cli, kind, message):
+    import mdtraj
+
+    data = tmp_path / "d.h5"
+    if kind == "junk":
+        data.write_bytes(b"\x00not hdf5" * 100)
+    elif kind == "directory":
+        data.mkdir()
+    else:  # a plain mdtraj file: frames, no bgp4 settings
+        mdtraj.load(str(md_file), frame=0).save_hdf5(str(data))
+    result = cli("sweep", "--data", data, "--out", tmp_path / "sweep")
     assert message in _one_line_error(result)
     assert not (tmp_path / "sweep").exists()
 

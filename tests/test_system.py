@@ -250,7 +250,8 @@ def test_the_pipeline_names_its_data_after_the_molecule(cli, tmp_path):
     assert data_path(Path("o"), MDSettings(solvent="vacuum")).name == "ala2-vacuum-600K.h5"
     amber14_free = MDSettings(forcefield="amber14", constraints="none")
     assert data_path(Path("o"), amber14_free).name == "ala2-amber14-free-600K.h5"
-    for args in (("--sequence", "AAA", "--molecule", "alanine-dipeptide"), ("--solvent", "water")):
+    bad = (("--sequence", "AAA", "--molecule", "alanine-dipeptide"), ("--solvent", "water"), ("--device", "foo"))
+    for args in bad:  # each refused before the MD stage writes its data
         result = cli("pipeline", "--out", tmp_path / "p", *args, "--quiet")
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert not (tmp_path / "p").exists()

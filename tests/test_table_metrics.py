@@ -156,3 +156,20 @@ def test_the_tables_ramachandran_grid_is_an_analyze_option(tmp_path, cli):
     assert not (tmp_path / "report").exists()
     result = cli("analyze", "--sweep", tmp_path / "sweep", "--rama-bins", "5000")
     assert result.returncode == 2 and "bins per axis" in result.stderr and not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seed", "-1"], "seed (--seed) must be >= 0, got -1"),
+        (["--workers", "-5"], "workers (--workers) must be >= 0, got -5"),
+        (["--out", "FILE"], "(--out) is a file"),
+    ],
+)
+def test_bad_analyze_settings_are_refused_before_any_file_is_read_or_written(tmp_path, cli, args, message):
+    taken = tmp_path / "taken"
+    taken.write_text("not a report directory")
+    args = [str(taken) if a == "FILE" else a for a in args]
+    result = cli("analyze", tmp_path / "run", "--data", tmp_path / "missing.h5", "--out", tmp_path / "report", *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"] and taken.read_text() == "not a report directory"

@@ -26,7 +26,7 @@ MAX_RAMA_BINS = 1000
 def check_rama_bins(bins: int) -> int:
     """`bins` per axis of a Ramachandran grid as an int; InputError unless 2 <= bins <= MAX_RAMA_BINS."""
     if not float(bins).is_integer() or not 2 <= int(bins) <= MAX_RAMA_BINS:
-        raise InputError(f"the Ramachandran grid takes 2 to {MAX_RAMA_BINS} bins per axis, got {bins}")
+        raise InputError(f"rama_bins (--rama-bins) takes 2 to {MAX_RAMA_BINS} bins per axis, got {bins}")
     return int(bins)
 
 

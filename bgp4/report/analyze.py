@@ -31,6 +31,7 @@ from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pi
     metrics_section,
     render_report,
 )
+from bgp4.settings import SampleSettings
 from bgp4.simulation.data import load_trajectory, resolve_temperature
 from bgp4.simulation.energy import OpenMMEnergy
 from bgp4.simulation.molecule import Molecule, central_pair, check_same_molecule
@@ -122,6 +123,9 @@ def analyze(
     if not runs:
         raise InputError("name at least one run directory to analyze")
     rama_bins = check_rama_bins(rama_bins)
+    SampleSettings(seed=seed, workers=workers).validated()  # --seed and --workers, checked as `bgp4 sample` does
+    if Path(out).exists() and not Path(out).is_dir():
+        raise InputError(f"report directory {out} (--out) is a file")
     data = load_trajectory(data_path, extras=("replica",))
     molecule = data.molecule()
     temperature = resolve_temperature(data.settings.get("temperature"), temperature, data_path)

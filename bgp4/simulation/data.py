@@ -27,6 +27,7 @@ __all__ = [
     "TrajectoryData",
     "write_trajectory",
     "read_settings",
+    "md_data_settings",
     "load_trajectory",
     "resolve_temperature",
     "train_test_split",
@@ -94,6 +95,28 @@ def read_settings(path: str | os.PathLike) -> dict[str, Any]:
         return _settings_of(h5)
 
 
+def _check_file(path: Path) -> None:
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a data file")
+    if not path.is_file():
+        raise InputError(f"data file not found: {path}")
+
+
+def md_data_settings(path: str | os.PathLike) -> dict[str, Any]:
+    """The settings of a `bgp4 simulate` (or `bgp4 merge`) data file, read without its frames;
+    InputError for a missing file, a file that is no HDF5 trajectory, or one that no MD wrote."""
+    path = Path(path)
+    _check_file(path)
+    try:
+        settings = read_settings(path)
+    except Exception:  # noqa: BLE001 - any reader failure means "not an HDF5 file"
+        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file") from None
+    if settings.get("kind") != "md" or settings.get("temperature") is None:
+        kind = settings.get("kind") or "none recorded"
+        raise InputError(f"{path} is no bgp4 MD data file (kind: {kind}): give a `bgp4 simulate` output")
+    return settings
+
+
 def _settings_of(h5: tables.File) -> dict[str, Any]:
     attrs = h5.root._v_attrs
     raw = attrs[SETTINGS_ATTR] if SETTINGS_ATTR in attrs._v_attrnames else None
@@ -107,14 +130,16 @@ def load_trajectory(
     has another number of atoms per frame. `.molecule()` of the result checks it against the
     molecule the file records."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"data file not found: {path}")
+    _check_file(path)
     try:
         with mdtraj.formats.HDF5TrajectoryFile(str(path), "r") as f:
             topology = f.topology
             frames = f.read()
     except Exception as exc:  # noqa: BLE001 - any reader failure means "not an mdtraj HDF5 file"
-        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file ({first_line(exc, 1000)})") from None
+        reason = first_line(exc, 1000)
+        # PyTables' first line for a non-HDF5 file is its back-trace header, which says nothing
+        reason = "" if "back trace" in reason else f" ({reason})"
+        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file{reason}") from None
     xyz = np.asarray(frames.coordinates, dtype=np.float32)
     if xyz.ndim != 3 or xyz.shape[0] == 0:
         raise InputError(f"{path} holds no frames")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bgp4._child import python_command
-from bgp4._io import check_output_file
+from bgp4._io import check_output_file, check_output_name
 from bgp4.errors import Bgp4Error, InputError, refuse_non_finite
 from bgp4.simulation._records import FRAMES_FILE, committed, record_dtype
 from bgp4.simulation.system import SystemSpec
@@ -268,6 +268,7 @@ def completed(out: str | os.PathLike, settings: MDSettings = MDSettings()) -> bo
     out = Path(out)
     if not out.exists():
         return False
+    check_output_name(out)  # a directory, or another kind of file: --overwrite would not help
     s = settings.resolved()
     try:
         stored = read_settings(out)

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from bgp4._io import check_output_file, temporary_path
+from bgp4._io import check_output_file, check_output_name, temporary_path
 from bgp4.errors import InputError
-from bgp4.simulation.data import load_trajectory, md_energy_evaluations, read_settings, write_trajectory
+from bgp4.simulation.data import load_trajectory, md_data_settings, md_energy_evaluations, write_trajectory
 from bgp4.simulation.molecule import check_same_molecule
 
 __all__ = ["PER_SOURCE_KEYS", "merged_settings", "merge"]
@@ -88,6 +88,7 @@ def merged_settings(settings: list[dict[str, Any]], paths: list[Path], frames: l
 
 
 def _check_paths(out: Path, inputs: list[Path], overwrite: bool) -> None:
+    check_output_name(out)
     if len(inputs) < 2:
         raise InputError(f"merge needs at least two input files, got {len(inputs)}")
     names = [os.path.realpath(p) for p in inputs]
@@ -97,20 +98,6 @@ def _check_paths(out: Path, inputs: list[Path], overwrite: bool) -> None:
         raise InputError(f"out={out} (or its temporary file) is one of the inputs: choose another name")
     if out.exists() and not overwrite:
         raise InputError(f"out={out} exists; use --overwrite to replace it")
-
-
-def _md_settings(path: Path) -> dict[str, Any]:
-    """The settings of a `bgp4 simulate` (or merged) data file; InputError for anything else."""
-    if not path.is_file():
-        raise InputError(f"data file not found: {path}")
-    try:
-        settings = read_settings(path)
-    except Exception:  # noqa: BLE001 - any reader failure means "not an HDF5 file"
-        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file") from None
-    if settings.get("kind") != "md" or settings.get("temperature") is None:
-        kind = settings.get("kind") or "none recorded"
-        raise InputError(f"{path} is no bgp4 MD data file (kind: {kind}): merge `bgp4 simulate` outputs")
-    return settings
 
 
 def _replica_ids(data: list) -> np.ndarray:
@@ -134,7 +121,7 @@ def merge(out: str | os.PathLike, inputs: list[str | os.PathLike], overwrite: bo
     different molecules, systems or temperatures."""
     out, inputs = Path(out), [Path(p) for p in inputs]
     _check_paths(out, inputs, overwrite)
-    _one_temperature([_md_settings(p) for p in inputs])  # before reading any frames
+    _one_temperature([md_data_settings(p) for p in inputs])  # before reading any frames
     check_output_file(out)
     data = [load_trajectory(p, extras=("replica",)) for p in inputs]
     first = data[0].molecule()

@@ -84,9 +84,12 @@ def local_memory_limit(n_workers: int, gib: float | None = None) -> int:
     return int(max(share, MIN_WORKER_GIB * 2**30))
 
 
-def check_worker_memory(scheduler: str | None, gib: float | None) -> None:
+def check_worker_memory(scheduler: str | None, gib: float | None, workers: int | None = None) -> None:
     """Refuse a --worker-memory (GiB) that is not 0 or a finite figure >= LEAST_WORKER_GIB, or one
-    given with --scheduler, whose workers were started elsewhere with their own limits."""
+    given with --scheduler, whose workers were started elsewhere with their own limits; and a
+    --workers count below 0 (0 or None: the default)."""
+    if workers is not None and workers < 0:
+        raise InputError(f"--workers must be 0 (the default size) or more, not {workers}")
     if gib is None:
         return
     if scheduler:

@@ -43,6 +43,7 @@ from bgp4.settings import (
     changed_settings,
     settings_record,
 )
+from bgp4.simulation.data import md_data_settings
 from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import check_worker_memory, local_cluster_size, local_memory_limit, open_client
@@ -245,10 +246,9 @@ def _started_from(init_sweep: str | Path, path: Path, settings: TrainSettings) -
 
 
 def _md_settings(data: Path, md: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The MD settings (checked) when the data file must be simulated first; None when it exists."""
+    """The MD settings (checked) when the data file must be simulated first; None for MD data."""
     if data.exists():
-        if not data.is_file():
-            raise InputError(f"data {data} (--data) is not a file")
+        md_data_settings(data)
         return None
     settings = asdict(MDSettings(**(md or {})))
     MDSettings(**settings).resolved()  # bad MD settings fail here, before anything runs
@@ -302,7 +302,7 @@ def run_sweep(
 
     Raises Bgp4Error after the report if some runs failed even after their retries.
     """
-    check_worker_memory(scheduler, worker_memory)
+    check_worker_memory(scheduler, worker_memory, workers)
     pending = [r for r in plan.runs if not r.done]
     if pending or plan.md is not None:
         cluster = (scheduler, workers, worker_memory)
