@@ -225,10 +225,10 @@ def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, c
     [
         ("junk", "is not an mdtraj HDF5 trajectory file"),
         ("directory", "is a directory, not a data file"),
-        ("no settings", "is no bgp4 MD data file (kind: none recorded)"),
+        ("no settings", "records no temperature; pass temperature (--temperature) in K"),
     ],
 )
-def test_a_data_file_that_is_no_md_data_is_refused_before_any_worker_starts(md_file, tmp_path, cli, kind, message):
+def test_data_that_train_would_refuse_is_refused_before_any_worker_starts(md_file, tmp_path, cli, kind, message):
     import mdtraj
 
     data = tmp_path / "d.h5"
@@ -241,6 +241,9 @@ def test_a_data_file_that_is_no_md_data_is_refused_before_any_worker_starts(md_f
     result = cli("sweep", "--data", data, "--out", tmp_path / "sweep")
     assert message in _one_line_error(result)
     assert not (tmp_path / "sweep").exists()
+    if kind == "no settings":  # with its temperature a plain mdtraj file is data, as for `bgp4 train`
+        plan = plan_sweep(tmp_path / "sweep", data, ["rnvp"], 1, TrainSettings(steps=10, temperature=600.0), 100)
+        assert plan.md is None and not (tmp_path / "sweep").exists()
 
 
 def test_sweep_help_gives_its_own_meaning_of_device_and_init_and_no_from_scratch_flags(cli):

@@ -27,6 +27,7 @@ __all__ = [
     "TrajectoryData",
     "write_trajectory",
     "read_settings",
+    "data_settings",
     "md_data_settings",
     "load_trajectory",
     "resolve_temperature",
@@ -102,15 +103,20 @@ def _check_file(path: Path) -> None:
         raise InputError(f"data file not found: {path}")
 
 
-def md_data_settings(path: str | os.PathLike) -> dict[str, Any]:
-    """The settings of a `bgp4 simulate` (or `bgp4 merge`) data file, read without its frames;
-    InputError for a missing file, a file that is no HDF5 trajectory, or one that no MD wrote."""
+def data_settings(path: str | os.PathLike) -> dict[str, Any]:
+    """The bgp4 settings of a trajectory file ({} for a plain mdtraj file), read without its
+    frames; InputError for a missing file, a directory, or a file that is no HDF5 file."""
     path = Path(path)
     _check_file(path)
     try:
-        settings = read_settings(path)
+        return read_settings(path)
     except Exception:  # noqa: BLE001 - any reader failure means "not an HDF5 file"
         raise InputError(f"{path} is not an mdtraj HDF5 trajectory file") from None
+
+
+def md_data_settings(path: str | os.PathLike) -> dict[str, Any]:
+    """`data_settings` of a `bgp4 simulate` (or `bgp4 merge`) output; InputError for any other file."""
+    settings = data_settings(path)
     if settings.get("kind") != "md" or settings.get("temperature") is None:
         kind = settings.get("kind") or "none recorded"
         raise InputError(f"{path} is no bgp4 MD data file (kind: {kind}): give a `bgp4 simulate` output")

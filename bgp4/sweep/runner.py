@@ -43,7 +43,7 @@ from bgp4.settings import (
     changed_settings,
     settings_record,
 )
-from bgp4.simulation.data import md_data_settings
+from bgp4.simulation.data import data_settings, resolve_temperature
 from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
 from bgp4.sweep.cluster import check_worker_memory, local_cluster_size, local_memory_limit, open_client
@@ -129,7 +129,7 @@ def plan_sweep(
     if out.exists() and not out.is_dir():
         raise InputError(f"sweep directory {out} is a file")
     data = Path(data).expanduser().resolve()
-    md_settings = _md_settings(data, md)
+    md_settings = _md_settings(data, md, base.temperature)
     if base.device == "auto":  # the resource request decides, not whichever device a worker happens to see
         base = dataclasses.replace(base, device="cuda" if gpus_per_run > 0 else "cpu")
     if base.device.startswith("cuda") and gpus_per_run <= 0:
@@ -245,10 +245,10 @@ def _started_from(init_sweep: str | Path, path: Path, settings: TrainSettings) -
     return settings
 
 
-def _md_settings(data: Path, md: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The MD settings (checked) when the data file must be simulated first; None for MD data."""
+def _md_settings(data: Path, md: dict[str, Any] | None, temperature: float | None) -> dict[str, Any] | None:
+    """The MD settings (checked) when the data file must be simulated first; None for data that train takes."""
     if data.exists():
-        md_data_settings(data)
+        resolve_temperature(data_settings(data).get("temperature"), temperature, data)
         return None
     settings = asdict(MDSettings(**(md or {})))
     MDSettings(**settings).resolved()  # bad MD settings fail here, before anything runs
