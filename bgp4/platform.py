@@ -40,6 +40,7 @@ AUTO_CPU_ATOMS = 150  # `auto` is CPU above this many atoms: where it overtakes 
 
 
 def available_platforms() -> list[str]:
+    """The names of the OpenMM platforms this installation can use (e.g. Reference, CPU, CUDA)."""
     return [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
 
 

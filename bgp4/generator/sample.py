@@ -50,6 +50,7 @@ REFINED_EXTRAS = SAMPLE_EXTRAS + ("ancestor",)
 
 
 def default_samples_path(run: str | Path) -> Path:
+    """Where `bgp4 sample RUN` writes the run's samples: `RUN/samples.h5`."""
     return Path(run) / "samples.h5"
 
 
