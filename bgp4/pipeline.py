@@ -124,11 +124,11 @@ def _train_settings(preset: str, model: str, data: Path, seed: int, device: str)
     is refused before hours of MD, not after)."""
     from bgp4.platform import resolve_device
 
-    resolve_device(device)  # a device torch does not know, or CUDA without a GPU
     settings = TrainSettings(
         data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model)
     )
-    settings.validated()
+    settings.validated()  # an unknown device name among the rest
+    resolve_device(device)  # CUDA without a GPU
     return settings
 
 

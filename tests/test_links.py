@@ -4,10 +4,12 @@ docs site's anchors are checked by `mkdocs build --strict`)."""
 
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-HEADING = re.compile(r"^#{1,6} (.+)$")
+HEADING = re.compile(r"^ {0,3}#{1,6} (.+)$")
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
 def _markdown_files() -> list[Path]:
@@ -27,16 +29,34 @@ def _broken_links(path: Path) -> list[str]:
     return broken
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor base of a heading's Markdown text: its rendered text (links as their text,
+    emphasis markers and a closing run of #s dropped), lower case, punctuation dropped, spaces as -."""
+    text = re.sub(r"\s+#+\s*$", "", heading.strip())
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"(?<!\w)[*_]+|[*_]+(?!\w)", "", text)
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
 def _slugs(page: Path) -> set[str]:
-    """The anchors GitHub gives the page's headings (code blocks skipped; repeats numbered)."""
-    slugs, fenced = set(), False
+    """The anchors GitHub gives the page's headings: code blocks skipped, a repeat numbered -1, -2
+    (as github-slugger numbers them)."""
+    seen: dict[str, int] = {}
+    fence = ""
     for line in page.read_text(encoding="utf-8").splitlines():
-        fenced ^= line.lstrip().startswith("```")
-        if not fenced and (m := HEADING.match(line)):
-            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
-            n = sum(s == slug or s.startswith(slug + "-") and s[len(slug) + 1 :].isdigit() for s in slugs)
-            slugs.add(f"{slug}-{n}" if n else slug)
-    return slugs
+        if m := FENCE.match(line):
+            if not fence:
+                fence = m.group(1)
+            elif m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = ""
+            continue
+        if not fence and (m := HEADING.match(line)):
+            slug = base = _slug(m.group(1))
+            while slug in seen:
+                seen[base] += 1
+                slug = f"{base}-{seen[base]}"
+            seen[slug] = 0
+    return set(seen)
 
 
 def _broken_anchors(path: Path) -> list[str]:
@@ -47,7 +67,7 @@ def _broken_anchors(path: Path) -> list[str]:
             continue
         page = (path.parent / name) if name else path
         page = page / "README.md" if page.is_dir() else page
-        if page.suffix == ".md" and page.exists() and anchor not in _slugs(page):
+        if page.suffix == ".md" and page.exists() and unquote(anchor) not in _slugs(page):
             broken.append(target)
     return broken
 
@@ -75,3 +95,14 @@ def test_a_missing_anchor_is_found(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("## Same\n## Same\n[a](study/#a-b-c-1) [b](#same-1) [c](#not-a-heading) [d](study/#top)\n")
     assert _broken_anchors(page) == ["#not-a-heading"]
+
+
+def test_anchors_follow_githubs_slugs(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "## Step 1\n## Step\n## Step\n## Results ([report](r.md))\n## _Why_ not `log_q`\n## Closed ##\n"
+        "~~~\n# tilde fenced\n~~~\n````\n```\n# inside a 4-backtick fence\n````\n## Ünïcode\n"
+    )
+    assert _slugs(page) == {"step-1", "step", "step-2", "results-report", "why-not-log_q", "closed", "ünïcode"}
+    page.write_text(page.read_text() + "[u](#%C3%BCn%C3%AFcode) [f](#tilde-fenced)\n")
+    assert _broken_anchors(page) == ["#tilde-fenced"]

@@ -212,12 +212,14 @@ def test_refinement_is_part_of_every_run_and_of_its_done_check(md_file, tmp_path
         (["--worker-memory", "nan"], "--worker-memory must be 0 (no limit) or at least"),
         (["--worker-memory", "4", "--scheduler", "tcp://127.0.0.1:1"], "not of --scheduler's"),
         (["--workers", "-3"], "--workers must be 0 (the default size) or more, not -3"),
+        (["--data", "new.h5", "--temperature", "300"], "would simulate it at 600 K, not the 300 K of --temperature"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
+    args = [str(tmp_path / a) if a == "new.h5" else a for a in args]  # a data file the sweep would make
     result = cli("sweep", "--data", md_file, "--out", tmp_path / "sweep", *args)
     assert message in _one_line_error(result)
-    assert not (tmp_path / "sweep").exists()
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "new.h5").exists()
 
 
 @pytest.mark.parametrize(

@@ -173,3 +173,6 @@ def test_bad_analyze_settings_are_refused_before_any_file_is_read_or_written(tmp
     result = cli("analyze", tmp_path / "run", "--data", tmp_path / "missing.h5", "--out", tmp_path / "report", *args)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"] and taken.read_text() == "not a report directory"
+    if "--out" not in args:  # the same with --sweep, which may have no run to analyze
+        result = cli("analyze", "--sweep", tmp_path / "sweep", *args)
+        assert result.returncode == 2 and message in result.stderr and not (tmp_path / "sweep").exists()

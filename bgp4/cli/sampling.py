@@ -161,6 +161,7 @@ def analyze(
     """Compare generators with the MD data: energy violins, Ramachandran plots, free energy, metrics."""
     if rama_bins is not None:
         check_rama_bins(rama_bins)
+    SampleSettings(seed=seed, workers=workers).validated()  # with --sweep too, whether or not a run needs analyzing
     if sweep_dir is not None:
         if runs:
             raise InputError("give either run directories or --sweep DIR, not both")

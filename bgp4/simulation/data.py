@@ -207,33 +207,33 @@ def relabel_rotors(xyz: np.ndarray, triples: np.ndarray, shifts: np.ndarray) -> 
     return np.take_along_axis(xyz, order[:, :, None], axis=1)
 
 
-def md_steps_per_frame(data_settings: dict[str, Any]) -> int | None:
+def md_steps_per_frame(settings: dict[str, Any]) -> int | None:
     """MD integration steps (one force evaluation each) behind one frame of the data: `save_every`,
     times the number of temperatures for replica exchange (every walker steps between two frames
     of the lowest one); None where the data records no `save_every`."""
-    save_every = data_settings.get("save_every")
+    save_every = settings.get("save_every")
     if not save_every:
         return None
-    return int(save_every) * max(1, len(data_settings.get("temperatures") or ()))
+    return int(save_every) * max(1, len(settings.get("temperatures") or ()))
 
 
-def md_energy_evaluations(data_settings: dict[str, Any], n_frames: int) -> int | None:
+def md_energy_evaluations(settings: dict[str, Any], n_frames: int) -> int | None:
     """MD integration steps (one force evaluation each) of the whole data file, as the field's table
     counts MD: its `n_frames` frames times `md_steps_per_frame`, plus the equilibration of every
     replica (plain MD: `equilibration_ps` / `timestep_fs` steps each) or every walker (replica
     exchange: that many, rounded to whole iterations, as `bgp4.simulation.remd` runs it). Energy
     minimization is not counted. A merged file (`merged_from`, `bgp4 merge`) counts the sum its
     sources record. None where the data records no `save_every` or `timestep_fs`."""
-    if "merged_from" in data_settings:
-        counts = [source.get("md_energy_evaluations") for source in data_settings["merged_from"]]
+    if "merged_from" in settings:
+        counts = [source.get("md_energy_evaluations") for source in settings["merged_from"]]
         return None if None in counts else int(sum(counts))
-    per_frame, timestep = md_steps_per_frame(data_settings), data_settings.get("timestep_fs")
+    per_frame, timestep = md_steps_per_frame(settings), settings.get("timestep_fs")
     if per_frame is None or not timestep:
         return None
-    steps = float(data_settings.get("equilibration_ps") or 0.0) * 1000.0 / float(timestep)
-    save_every, walkers = int(data_settings["save_every"]), len(data_settings.get("temperatures") or ())
+    steps = float(settings.get("equilibration_ps") or 0.0) * 1000.0 / float(timestep)
+    save_every, walkers = int(settings["save_every"]), len(settings.get("temperatures") or ())
     if walkers:
         equilibration = walkers * int(round(steps / save_every)) * save_every
     else:
-        equilibration = int(data_settings.get("replicas") or 1) * int(round(steps))
+        equilibration = int(settings.get("replicas") or 1) * int(round(steps))
     return int(n_frames) * per_frame + equilibration

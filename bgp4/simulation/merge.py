@@ -122,12 +122,12 @@ def merge(out: str | os.PathLike, inputs: list[str | os.PathLike], overwrite: bo
     out, inputs = Path(out), [Path(p) for p in inputs]
     _check_paths(out, inputs, overwrite)
     _one_temperature([md_data_settings(p) for p in inputs])  # before reading any frames
-    check_output_file(out)
     data = [load_trajectory(p, extras=("replica",)) for p in inputs]
     first = data[0].molecule()
     for other in data[1:]:
         check_same_molecule(first, other.molecule(), f"{data[0].source} and {other.source}")
     replica = _replica_ids(data)
+    check_output_file(out)  # last: it creates the output's directory
     settings = merged_settings([d.settings for d in data], inputs, [d.n_frames for d in data])
     chunks = ({"coordinates": d.xyz, "potentialEnergy": d.energies.astype(np.float32)} for d in data)
     write_trajectory(out, data[0].topology, chunks, settings, extras={"replica": replica})

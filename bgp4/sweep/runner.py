@@ -35,17 +35,14 @@ from bgp4.errors import Bgp4Error, InputError
 from bgp4.generator.rundir import check_init
 from bgp4.report.aggregate import write_sweep_report
 from bgp4.settings import (
-    MODELS,
-    OBJECTIVES,
     RefineSettings,
     SampleSettings,
     TrainSettings,
     changed_settings,
     settings_record,
 )
-from bgp4.simulation.data import data_settings, resolve_temperature
-from bgp4.simulation.md import MDSettings
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
+from bgp4.sweep.checks import check_sweep, data_md_settings, objective_axis
 from bgp4.sweep.cluster import check_worker_memory, local_cluster_size, local_memory_limit, open_client
 from bgp4.sweep.dispatch import RETRIES, Dispatch
 from bgp4.sweep.spec import DONE_FILE, RunSpec, run_name
@@ -123,13 +120,13 @@ def plan_sweep(
     init_sweep = base.init
     base = dataclasses.replace(base, init=None)
     by_model = {m: dataclasses.replace(s, init=None) for m, s in (by_model or {}).items()}
-    _check_sweep(models, n_seeds, threads_per_run, gpus_per_run)
-    axis = _objective_axis(objectives)
+    check_sweep(models, n_seeds, threads_per_run, gpus_per_run)
+    axis = objective_axis(objectives)
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise InputError(f"sweep directory {out} is a file")
     data = Path(data).expanduser().resolve()
-    md_settings = _md_settings(data, md, base.temperature)
+    md_settings = data_md_settings(data, md, base.temperature)
     if base.device == "auto":  # the resource request decides, not whichever device a worker happens to see
         base = dataclasses.replace(base, device="cuda" if gpus_per_run > 0 else "cpu")
     if base.device.startswith("cuda") and gpus_per_run <= 0:
@@ -164,36 +161,6 @@ def plan_sweep(
                 spec = _run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label)
                 runs.append(dataclasses.replace(spec, refine=refined))
     return SweepPlan(out, data, tuple(variants), seeds, tuple(runs), md_settings, axis)
-
-
-def _objective_axis(objectives: list[str] | None) -> tuple[str, ...]:
-    """The objectives a sweep compares (two or more), or () when it compares none; InputError for
-    an unknown or repeated one."""
-    objectives = list(objectives or [])
-    unknown = [o for o in objectives if o not in OBJECTIVES]
-    if unknown:
-        known = ", ".join(OBJECTIVES)
-        raise InputError(f"unknown objective(s) {', '.join(unknown)} (--objectives); choose from {known}")
-    if len(set(objectives)) != len(objectives):
-        raise InputError(f"objectives (--objectives) lists an objective twice: {','.join(objectives)}")
-    return tuple(objectives) if len(objectives) > 1 else ()
-
-
-def _check_sweep(models: list[str], n_seeds: int, threads_per_run: int, gpus_per_run: float) -> None:
-    """Refuse (InputError) models and counts a sweep cannot run."""
-    if not models:
-        raise InputError("models (--models) needs at least one model")
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        raise InputError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    if len(set(models)) != len(models):
-        raise InputError(f"models (--models) lists a model twice: {','.join(models)}")
-    if n_seeds < 1:
-        raise InputError(f"n_seeds (--seeds) must be at least 1, got {n_seeds}")
-    if threads_per_run < 1:
-        raise InputError(f"threads_per_run (--threads-per-run) must be at least 1, got {threads_per_run}")
-    if gpus_per_run < 0:
-        raise InputError(f"gpus_per_run (--gpus-per-run) must be >= 0, got {gpus_per_run}")
 
 
 def init_runs(init_sweep: str | Path, models: list[str], seeds: tuple[int, ...]) -> dict[tuple[str, int], str]:
@@ -242,18 +209,6 @@ def _started_from(init_sweep: str | Path, path: Path, settings: TrainSettings) -
     init = init_runs(sweep, [settings.model], (settings.seed,))[(settings.model, settings.seed)]
     settings = dataclasses.replace(settings, init=init)
     check_init(init, settings_record(settings.validated()), data=settings.has_data)
-    return settings
-
-
-def _md_settings(data: Path, md: dict[str, Any] | None, temperature: float | None) -> dict[str, Any] | None:
-    """The MD settings (checked) when the data file must be simulated first; None for data that train takes."""
-    if data.exists():
-        resolve_temperature(data_settings(data).get("temperature"), temperature, data)
-        return None
-    settings = asdict(MDSettings(**(md or {})))
-    MDSettings(**settings).resolved()  # bad MD settings fail here, before anything runs
-    if data.suffix != ".h5":
-        raise InputError(f"data (--data) must be an mdtraj HDF5 file ending in .h5, got {data}")
     return settings
 
 
