@@ -119,17 +119,28 @@ def _refine(
         say(f"note: {note}")
 
 
-def _train_settings(preset: str, model: str, data: Path, seed: int, device: str) -> TrainSettings:
-    """A model's train settings in the preset, checked before the MD stage runs (a bad --device
-    is refused before hours of MD, not after)."""
+def _train_settings(
+    preset: str, models: tuple[str, ...], md_settings: MDSettings, data: Path, seed: int, device: str
+) -> dict[str, TrainSettings]:
+    """Every model's train settings in the preset, checked before the MD stage runs: a bad --device,
+    or augment for a molecule without interchangeable hydrogens, is refused before hours of MD."""
     from bgp4.platform import resolve_device
+    from bgp4.simulation.atoms import rotor_hydrogens
 
-    settings = TrainSettings(
-        data=str(data), model=model, seed=seed, device=device, **preset_train_settings(preset, model)
-    )
-    settings.validated()  # an unknown device name among the rest
+    trains = {
+        m: TrainSettings(data=str(data), model=m, seed=seed, device=device, **preset_train_settings(preset, m))
+        for m in models
+    }
+    for settings in trains.values():
+        settings.validated()  # an unknown device name among the rest
     resolve_device(device)  # CUDA without a GPU
-    return settings
+    augmented = [m for m, s in trains.items() if s.augment]
+    if augmented and not rotor_hydrogens(md_settings.resolved().molecule_object()):
+        raise InputError(
+            f"the {preset} preset relabels interchangeable hydrogens (augment) for {', '.join(augmented)}, and "
+            "this molecule has no such triple (three H on one atom): train it with `bgp4 train` instead"
+        )
+    return trains
 
 
 def run_pipeline(
@@ -153,7 +164,7 @@ def run_pipeline(
     md_settings = dataclasses.replace(MDSettings(**p["md"]), seed=seed, **(md or {}))
     md_settings.resolved()  # a bad molecule or system is refused before anything is written
     data = data_path(out, md_settings)
-    trains = {m: _train_settings(preset, m, data, seed, device) for m in p["models"]}
+    trains = _train_settings(preset, p["models"], md_settings, data, seed, device)
     if completed(data, md_settings):
         say(f"simulate: {data} is complete, skipped")
     else:

@@ -257,6 +257,17 @@ def test_the_pipeline_names_its_data_after_the_molecule(cli, tmp_path):
         assert not (tmp_path / "p").exists()
 
 
+def test_a_preset_that_relabels_hydrogens_refuses_a_molecule_without_them_before_the_md(tmp_path, monkeypatch):
+    import bgp4.simulation.atoms as atoms
+    from bgp4.errors import InputError
+    from bgp4.pipeline import run_pipeline
+
+    monkeypatch.setattr(atoms, "rotor_hydrogens", lambda molecule: [])  # as for a molecule without methyls
+    with pytest.raises(InputError, match=r"relabels interchangeable hydrogens \(augment\) for spline, and"):
+        run_pipeline("quick", tmp_path / "p", progress=False, say=lambda line: None)
+    assert not (tmp_path / "p").exists()
+
+
 def test_each_pipeline_preset_has_its_own_default_directory(cli, monkeypatch):
     from pathlib import Path
 
