@@ -120,7 +120,7 @@ def _refine(
 
 
 def _train_settings(
-    preset: str, models: tuple[str, ...], md_settings: MDSettings, data: Path, seed: int, device: str
+    preset: str, models: tuple[str, ...], resolved_md: MDSettings, data: Path, seed: int, device: str
 ) -> dict[str, TrainSettings]:
     """Every model's train settings in the preset, checked before the MD stage runs: a bad --device,
     or augment for a molecule without interchangeable hydrogens, is refused before hours of MD."""
@@ -135,7 +135,7 @@ def _train_settings(
         settings.validated()  # an unknown device name among the rest
     resolve_device(device)  # CUDA without a GPU
     augmented = [m for m, s in trains.items() if s.augment]
-    if augmented and not rotor_hydrogens(md_settings.resolved().molecule_object()):
+    if augmented and not rotor_hydrogens(resolved_md.molecule_object()):
         raise InputError(
             f"the {preset} preset relabels interchangeable hydrogens (augment) for {', '.join(augmented)}, and "
             "this molecule has no such triple (three H on one atom): train it with `bgp4 train` instead"
@@ -162,9 +162,9 @@ def run_pipeline(
     p = get_preset(preset)
     out = Path(out)
     md_settings = dataclasses.replace(MDSettings(**p["md"]), seed=seed, **(md or {}))
-    md_settings.resolved()  # a bad molecule or system is refused before anything is written
+    resolved_md = md_settings.resolved()  # a bad molecule or system is refused before anything is written
     data = data_path(out, md_settings)
-    trains = _train_settings(preset, p["models"], md_settings, data, seed, device)
+    trains = _train_settings(preset, p["models"], resolved_md, data, seed, device)
     if completed(data, md_settings):
         say(f"simulate: {data} is complete, skipped")
     else:

@@ -60,14 +60,18 @@ def _slugs(page: Path) -> set[str]:
 
 
 def _broken_anchors(path: Path) -> list[str]:
-    broken = []
+    broken, slugs = [], {}  # each page's headings read once
     for target in LINK.findall(path.read_text(encoding="utf-8")):
         name, _, anchor = target.partition("#")
         if not anchor or target.startswith(("http://", "https://")):
             continue
         page = (path.parent / name) if name else path
         page = page / "README.md" if page.is_dir() else page
-        if page.suffix == ".md" and page.exists() and unquote(anchor) not in _slugs(page):
+        if page.suffix != ".md" or not page.exists():
+            continue
+        if page not in slugs:
+            slugs[page] = _slugs(page)
+        if unquote(anchor) not in slugs[page]:
             broken.append(target)
     return broken
 
