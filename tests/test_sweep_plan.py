@@ -213,6 +213,8 @@ def test_refinement_is_part_of_every_run_and_of_its_done_check(md_file, tmp_path
         (["--worker-memory", "4", "--scheduler", "tcp://127.0.0.1:1"], "not of --scheduler's"),
         (["--workers", "-3"], "--workers must be 0 (the default size) or more, not -3"),
         (["--data", "new.h5", "--temperature", "300"], "would simulate it at 600 K, not the 300 K of --temperature"),
+        (["--batch", "100000"], "training frames, fewer than one batch of 100000 (--batch)"),
+        (["--test-fraction", "0.0001"], "leaves no test frames out of"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
@@ -239,13 +241,17 @@ def test_data_that_train_would_refuse_is_refused_before_any_worker_starts(md_fil
     elif kind == "directory":
         data.mkdir()
     else:  # a plain mdtraj file: frames, no bgp4 settings
-        mdtraj.load(str(md_file), frame=0).save_hdf5(str(data))
+        mdtraj.load(str(md_file), stride=10).save_hdf5(str(data))
     result = cli("sweep", "--data", data, "--out", tmp_path / "sweep")
     assert message in _one_line_error(result)
     assert not (tmp_path / "sweep").exists()
     if kind == "no settings":  # with its temperature a plain mdtraj file is data, as for `bgp4 train`
-        plan = plan_sweep(tmp_path / "sweep", data, ["rnvp"], 1, TrainSettings(steps=10, temperature=600.0), 100)
+        settings = TrainSettings(steps=10, temperature=600.0, batch=256)
+        plan = plan_sweep(tmp_path / "sweep", data, ["rnvp"], 1, settings, 100)
         assert plan.md is None and not (tmp_path / "sweep").exists()
+        # its frame count comes from the file's shape: 300 frames hold 270 for training, not a batch of 512
+        with pytest.raises(InputError, match=r"has 270 training frames, fewer than one batch of 512 \(--batch\)"):
+            plan_sweep(tmp_path / "sweep", data, ["rnvp"], 1, replace(settings, batch=512), 100)
 
 
 def test_sweep_help_gives_its_own_meaning_of_device_and_init_and_no_from_scratch_flags(cli):

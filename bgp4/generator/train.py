@@ -31,7 +31,7 @@ from bgp4.generator.loop import LOG_EVERY, TrainingLoop
 from bgp4.generator.losses import energy_phase_loss, grad_norm, likelihood_loss, p4inv_penalty
 from bgp4.generator.model import BoltzmannGenerator, build_generator, load_generator, weights_defined
 from bgp4.generator.rundir import MODEL, RunDirectory, check_init, check_init_molecule, init_summary, run_costs
-from bgp4.generator.training_data import TEST_FRAMES, TrainingData
+from bgp4.generator.training_data import TEST_FRAMES, TrainingData, check_frame_count
 from bgp4.kinds import get_objective
 from bgp4.platform import resolve_device
 from bgp4.settings import TrainSettings, changed_settings, settings_record
@@ -365,14 +365,7 @@ def _checked_data(s: TrainSettings) -> tuple[TrajectoryData, Any]:
     data = load_trajectory(s.data)
     molecule = data.molecule()  # refuses frames of another molecule before any work
     resolve_temperature(data.settings.get("temperature"), s.temperature, s.data)  # refuse before any work
-    n_test = int(round(data.n_frames * s.test_fraction))
-    if n_test < 1:
-        raise InputError(
-            f"test_fraction (--test-fraction) {s.test_fraction} leaves no test frames out of {data.n_frames}"
-        )
-    n_train = data.n_frames - n_test
-    if n_train < s.batch:
-        raise InputError(f"{s.data} has {n_train} training frames, fewer than one batch of {s.batch}")
+    check_frame_count(data.n_frames, s, str(s.data))
     return data, molecule
 
 

@@ -13,18 +13,34 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bgp4.errors import InputError
 from bgp4.simulation.atoms import rotor_hydrogens
-from bgp4.simulation.data import relabel_rotors, train_test_split
+from bgp4.simulation.data import held_out_count, relabel_rotors, train_test_split
 
 if TYPE_CHECKING:
     from bgp4.generator.model import BoltzmannGenerator
     from bgp4.settings import TrainSettings
     from bgp4.simulation.molecule import Molecule
 
-__all__ = ["TEST_FRAMES", "TrainingData"]
+__all__ = ["TEST_FRAMES", "TrainingData", "check_frame_count"]
 
 TEST_FRAMES = 10_000  # held-out frames scored at each evaluation
 MAP_CHUNK = 8192  # frames mapped to flow coordinates at once
+
+
+def check_frame_count(n_frames: int, settings: TrainSettings, source: str) -> None:
+    """InputError when `n_frames` frames (of `source`, a file or what will make it) leave no
+    held-out frame under the settings' test fraction, or fewer training frames than one batch."""
+    n_test = held_out_count(n_frames, settings.test_fraction)
+    if n_test < 1:
+        raise InputError(
+            f"test_fraction (--test-fraction) {settings.test_fraction} leaves no test frames out of "
+            f"{n_frames} of {source}"
+        )
+    if n_frames - n_test < settings.batch:
+        raise InputError(
+            f"{source} has {n_frames - n_test} training frames, fewer than one batch of {settings.batch} (--batch)"
+        )
 
 
 class TrainingData:

@@ -29,8 +29,10 @@ __all__ = [
     "read_settings",
     "data_settings",
     "md_data_settings",
+    "frame_count",
     "load_trajectory",
     "resolve_temperature",
+    "held_out_count",
     "train_test_split",
     "relabel_rotors",
     "md_steps_per_frame",
@@ -123,6 +125,16 @@ def md_data_settings(path: str | os.PathLike) -> dict[str, Any]:
     return settings
 
 
+def frame_count(path: str | os.PathLike) -> int:
+    """Frames in a trajectory file, read from its coordinates' shape (no frame is read);
+    InputError for a file that `data_settings` refuses or one without coordinates."""
+    data_settings(path)
+    with tables.open_file(str(path), "r") as h5:
+        if "/coordinates" not in h5:
+            raise InputError(f"{path} is an HDF5 file without coordinates, not an mdtraj trajectory")
+        return int(h5.root.coordinates.shape[0])
+
+
 def _settings_of(h5: tables.File) -> dict[str, Any]:
     attrs = h5.root._v_attrs
     raw = attrs[SETTINGS_ATTR] if SETTINGS_ATTR in attrs._v_attrnames else None
@@ -182,12 +194,17 @@ def resolve_temperature(recorded: float | None, given: float | None, source: str
     return float(recorded)
 
 
+def held_out_count(n: int, test_fraction: float) -> int:
+    """How many of `n` frames a split holds out for testing."""
+    return int(round(n * test_fraction))
+
+
 def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded random split of range(n) into (train, test) index arrays, both sorted."""
     if not 0.0 <= test_fraction < 1.0:
         raise InputError(f"test fraction must be in [0, 1), got {test_fraction}")
     order = np.random.default_rng(seed).permutation(n)
-    n_test = int(round(n * test_fraction))
+    n_test = held_out_count(n, test_fraction)
     return np.sort(order[n_test:]), np.sort(order[:n_test])
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from bgp4.errors import InputError
 from bgp4.settings import MODELS, OBJECTIVES
-from bgp4.simulation.data import data_settings, resolve_temperature
+from bgp4.simulation.data import data_settings, frame_count, resolve_temperature
 from bgp4.simulation.md import MDSettings
 
-__all__ = ["check_sweep", "objective_axis", "data_md_settings"]
+__all__ = ["check_sweep", "objective_axis", "data_md_settings", "data_frames", "run_device"]
 
 
 def objective_axis(objectives: list[str] | None) -> tuple[str, ...]:
@@ -60,3 +60,24 @@ def data_md_settings(data: Path, md: dict[str, Any] | None, temperature: float |
     if data.suffix != ".h5":
         raise InputError(f"data (--data) must be an mdtraj HDF5 file ending in .h5, got {data}")
     return settings
+
+
+def data_frames(data: Path, md_settings: dict[str, Any] | None) -> tuple[int, str]:
+    """How many frames the data file has (read from its shape, not its frames) or the sweep's MD
+    will write (`md_settings` from `data_md_settings`), and how to name them in a message."""
+    if md_settings is None:
+        return frame_count(data), str(data)
+    return int(md_settings["frames"]), f"{data} (to be simulated, {md_settings['frames']} frames)"
+
+
+def run_device(device: str, gpus_per_run: float) -> str:
+    """The device of every run: "auto" follows the resource request, not whichever device a worker
+    happens to see; InputError for cuda without GPUs per run."""
+    if device == "auto":
+        return "cuda" if gpus_per_run > 0 else "cpu"
+    if device.startswith("cuda") and gpus_per_run <= 0:
+        raise InputError(
+            "device='cuda' (--device cuda) needs gpus_per_run > 0 (--gpus-per-run) so that runs are placed on "
+            "GPU workers"
+        )
+    return device

@@ -33,6 +33,7 @@ from typing import Any
 from bgp4._io import atomic_write
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.generator.rundir import check_init
+from bgp4.generator.training_data import check_frame_count
 from bgp4.report.aggregate import write_sweep_report
 from bgp4.settings import (
     RefineSettings,
@@ -42,7 +43,7 @@ from bgp4.settings import (
     settings_record,
 )
 from bgp4.stage import Stage, refuse_changes, with_fingerprint
-from bgp4.sweep.checks import check_sweep, data_md_settings, objective_axis
+from bgp4.sweep.checks import check_sweep, data_frames, data_md_settings, objective_axis, run_device
 from bgp4.sweep.cluster import check_worker_memory, local_cluster_size, local_memory_limit, open_client
 from bgp4.sweep.dispatch import RETRIES, Dispatch
 from bgp4.sweep.spec import DONE_FILE, RunSpec, run_name
@@ -127,13 +128,8 @@ def plan_sweep(
         raise InputError(f"sweep directory {out} is a file")
     data = Path(data).expanduser().resolve()
     md_settings = data_md_settings(data, md, base.temperature)
-    if base.device == "auto":  # the resource request decides, not whichever device a worker happens to see
-        base = dataclasses.replace(base, device="cuda" if gpus_per_run > 0 else "cpu")
-    if base.device.startswith("cuda") and gpus_per_run <= 0:
-        raise InputError(
-            "device='cuda' (--device cuda) needs gpus_per_run > 0 (--gpus-per-run) so that runs are placed on "
-            "GPU workers"
-        )
+    n_frames, frames_of = data_frames(data, md_settings)
+    base = dataclasses.replace(base, device=run_device(base.device, gpus_per_run))
     seeds = tuple(range(n_seeds))
     if init_sweep and Path(init_sweep).expanduser().resolve() == out:
         raise InputError(f"init (--init) names this sweep's own directory {out} (--out): start from another sweep")
@@ -156,6 +152,7 @@ def plan_sweep(
                     workers=own.workers or threads_per_run,
                     objective=objective,
                 )
+                check_frame_count(n_frames, settings, frames_of)
                 if init_sweep:
                     settings = _started_from(init_sweep, out / "runs" / run_name(label or model, seed), settings)
                 spec = _run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label)
