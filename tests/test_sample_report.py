@@ -15,9 +15,10 @@ import torch
 from bgp4.analysis.metrics import REWEIGHTED_KEYS
 from bgp4.errors import InputError
 from bgp4.flows.coordinates import LOG_Q
-from bgp4.generator.sample import SAMPLE_EXTRAS, SampleSettings, _kept, sample_run
+from bgp4.generator.sample import SAMPLE_EXTRAS, SampleSettings, _kept, refine_run, sample_run
 from bgp4.generator.train import TrainSettings, train
 from bgp4.report.analyze import NOT_DEFINED, PREDATES_CHECK, analyze, weights_status
+from bgp4.settings import RefineSettings
 from bgp4.simulation.data import load_trajectory, write_trajectory
 from bgp4.simulation.md import MDSettings, simulate
 
@@ -371,6 +372,11 @@ def test_temperature_must_be_known_to_sample_and_analyze(trained_run, tmp_path):
         sample_run(copy, settings, out=tmp_path / "a.h5", progress=False)
     summary, _ = sample_run(copy, settings, out=tmp_path / "a.h5", progress=False, temperature=600.0)
     assert summary["samples"] == 20
+    ais = RefineSettings(levels=1, steps=0)  # refinement takes the temperature as sampling does
+    with pytest.raises(InputError, match=r"records no temperature; pass temperature \(--temperature\)"):
+        refine_run(copy, settings, ais, out=tmp_path / "a.h5", progress=False)
+    refined, _ = refine_run(copy, settings, ais, out=tmp_path / "a.h5", progress=False, temperature=600.0)
+    assert refined["samples"] == 20
     with pytest.raises(InputError, match=r"records 600 K, but temperature \(--temperature\) says 500 K"):
         sample_run(run, settings, out=tmp_path / "b.h5", progress=False, temperature=500.0)
     plain = tmp_path / "plain.h5"

@@ -91,7 +91,9 @@ def test_the_sweep_report_analyzes_again_the_runs_on_another_grid(tmp_path, monk
 
     runs = {f"spline-s{s}": {"model": "spline", "kind": "spline", "objective": "ml", "seed": s} for s in (0, 1, 2)}
     (tmp_path / "sweep.json").write_text(
-        json.dumps({"data": "d.h5", "models": ["spline"], "seeds": [0, 1, 2], "runs": runs})
+        json.dumps(
+            {"data": "d.h5", "models": ["spline"], "seeds": [0, 1, 2], "runs": runs, "train": {"temperature": 300.0}}
+        )
     )
     for seed, grid in ((0, None), (1, 64), (2, 100)):  # seed 0's report predates the recorded grid: 64
         report = tmp_path / "runs" / f"spline-s{seed}" / "report"
@@ -104,6 +106,7 @@ def test_the_sweep_report_analyzes_again_the_runs_on_another_grid(tmp_path, monk
     calls = []
 
     def analyze(data, runs, out, **kw):  # writes the report on the grid asked
+        assert kw["temperature"] == 300.0  # the sweep's --temperature, for data files that record none
         calls.append((runs[0].name, kw["rama_bins"]))
         (out / "metrics.json").write_text(json.dumps({**metrics, "ramachandran_bins": kw["rama_bins"]}))
 

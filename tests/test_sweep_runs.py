@@ -101,6 +101,21 @@ def test_tiny_sweep_writes_runs_and_a_report_over_seeds(tiny_sweep):
 
 
 @pytest.mark.slow
+def test_a_sweep_on_a_plain_mdtraj_file_takes_its_temperature_through_to_the_report(data_file, tmp_path):
+    import mdtraj
+
+    plain = tmp_path / "plain.h5"
+    mdtraj.load(str(data_file)).save_hdf5(str(plain))  # frames only: no recorded temperature
+    args = ["sweep", "--data", str(plain), "--out", "s", "--models", "rnvp", "--seeds", "1", *TINY]
+    result = _cli(*args, "--temperature", "600", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "s" / "runs" / "rnvp-s0" / "report" / "metrics.json").read_text())
+    assert metrics["temperature_K"] == 600.0
+    again = _cli("analyze", "--sweep", "s", "--refresh", "--workers", "1", cwd=tmp_path)  # the report's own analysis
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_a_sweep_over_objectives_reports_each_variant(data_file, tmp_path):
     fab = ["--fab-levels", "2", "--fab-buffer", "128", "--fab-reuse", "2"]
     result = _cli(

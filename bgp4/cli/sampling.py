@@ -102,7 +102,9 @@ def sample(
         summary, _ = sample_run(run, settings, out, overwrite, progress=not quiet, temperature=temperature)
         _say_drawn(summary)
         if refine is not None:
-            refined, _ = refine_run(run, settings, refinement, out, overwrite, progress=not quiet)
+            refined, _ = refine_run(
+                run, settings, refinement, out, overwrite, progress=not quiet, temperature=temperature
+            )
             _say_refined(refined, summary, refinement)
 
 
@@ -136,6 +138,7 @@ def _say_refined(refined: dict, summary: dict, refinement: RefineSettings) -> No
 
 @handles_errors
 def analyze(
+    ctx: typer.Context,
     runs: Optional[list[Path]] = typer.Argument(None, help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="The MD data file the runs were trained on."),
     out: Path = typer.Option(Path("report"), "--out", help="Report directory (figures, metrics.json, report.md)."),
@@ -165,6 +168,12 @@ def analyze(
     if sweep_dir is not None:
         if runs:
             raise InputError("give either run directories or --sweep DIR, not both")
+        ignored = _given(ctx, "data", "out", "seed", "temperature")
+        if ignored:
+            raise InputError(
+                f"{', '.join(ignored)} cannot go with --sweep: its runs are analyzed with the sweep's own data, "
+                "seeds and temperature, into SWEEP/report/"
+            )
         write_sweep_report(sweep_dir, refresh=refresh, workers=workers, rama_bins=rama_bins)
         typer.echo(f"report written to {sweep_dir / 'report' / 'report.md'}")
         return
@@ -172,7 +181,16 @@ def analyze(
 
     if not runs:
         raise InputError("name the run directories to analyze (or --sweep DIR)")
+    if refresh:
+        raise InputError("--refresh goes with --sweep DIR only")
     run_analysis(
         data, list(runs), out, seed=seed, workers=workers, temperature=temperature, rama_bins=rama_bins or N_BINS
     )
     typer.echo(f"report written to {out / 'report.md'}")
+
+
+def _given(ctx: typer.Context, *names: str) -> list[str]:
+    """The options among the parameters `names` that the command line set (not left at their default)."""
+    # by name: typer carries its own copy of click, whose ParameterSource is not click's
+    given = [n for n in names if getattr(ctx.get_parameter_source(n), "name", "DEFAULT") != "DEFAULT"]
+    return [f"--{n.replace('_', '-')}" for n in given]

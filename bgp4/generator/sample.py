@@ -247,6 +247,7 @@ def refine_run(
     overwrite: bool = False,
     progress: bool = True,
     renew: bool = False,
+    temperature: float | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Refine the raw samples of `sample_run` (same n, batch, seed: the same prior draws) by AIS
     (`bgp4.generator.refine.anneal_batches`).
@@ -255,7 +256,8 @@ def refine_run(
     sizes, acceptance per level of the MALA/HMC and of the independence moves, and energy
     evaluations). Each batch's chains are saved after every level under
     `<samples>-refined.state/`, so a killed run resumes losing at most one level. `renew` as in
-    `sample_run`, for the refined file and a partial refinement alike. Returns (summary, newly_refined).
+    `sample_run`, for the refined file and a partial refinement alike; `temperature` (K) too.
+    Returns (summary, newly_refined).
     """
     from tqdm.auto import tqdm
 
@@ -267,7 +269,7 @@ def refine_run(
         return kept, False
     store = _resumable(ChainStore(out.with_name(out.stem + ".state")), record, overwrite, renew)
     started = time.perf_counter()
-    src = _load(run, s.device)
+    src = _load(run, s.device, temperature)
     with OpenMMEnergy(src.molecule.system, src.temperature, n_workers=s.workers or None) as energy:
         target = GeneratorTarget(src.bg, energy)
         plan = _plan(store, record, target, s, r)

@@ -342,7 +342,16 @@ def write_sweep_report(
         grid = report_grid(run / "report")
         if default_samples_path(run).exists() and (refresh or grid != rama_bins):
             seed = int(record["runs"][name]["seed"])
-            analyze(record["data"], [run], run / "report", seed=seed, workers=workers, rama_bins=rama_bins)
+            temperature = (record.get("train") or {}).get("temperature")  # of a data file that records none
+            analyze(
+                record["data"],
+                [run],
+                run / "report",
+                seed=seed,
+                workers=workers,
+                temperature=temperature,
+                rama_bins=rama_bins,
+            )
         elif grid not in (None, rama_bins):
             other.append(name)
     if other:

@@ -114,7 +114,8 @@ def analyze(
 ) -> dict[str, Any]:
     """Compare the sampled runs with the MD data; writes figures, metrics.json and report.md to `out`.
 
-    `temperature` (K) is needed only for a data file that records none (a plain mdtraj file).
+    `temperature` (K) is needed only for a data file that records none (a plain mdtraj file, whose
+    frames' energies are then computed here).
     `rama_bins`: bins per axis of the Ramachandran KL and TV and their MD floors (64; the field's
     table histograms its KL on 100); the figures keep 64.
     For a peptide every residue with both backbone torsions gets its own Ramachandran figures and
@@ -209,19 +210,21 @@ def _md_reference(
 ) -> tuple[dict[str, Any], _Reference]:
     """The metrics of the MD data and of NOISE_FRAMES of its frames with noise (the start of
     metrics.json), and the reference the models are compared with. `split`: the training frames
-    that set the low-energy threshold (None, or a split that does not fit the data: every frame)."""
+    that set the low-energy threshold (None, or a split that does not fit the data: every frame).
+    A file that stores no energies (a plain mdtraj file) has its frames' energies computed here."""
     kT = molecule.kT(temperature)
-    u_md = data.energies / kT
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.permutation(data.n_frames)[:NOISE_FRAMES])
+    with OpenMMEnergy(molecule.system, temperature, n_workers=workers or None) as energy:
+        stored = np.isfinite(data.energies).any()
+        u_md = (data.energies if stored else energy.energies_kjmol(data.xyz)) / kT
+        u_noisy = energy.energies_kjmol(A.noisy_reference(data.xyz[pick], rng=rng)) / kT
     train_idx = np.load(split)["train"] if split is not None and split.exists() else np.arange(data.n_frames)
     if train_idx.size == 0 or train_idx.max() >= data.n_frames:
         train_idx = np.arange(data.n_frames)
     threshold = A.low_energy_threshold(u_md[train_idx])
     torsions = residue_torsions(molecule)
     pair = _own_pair(molecule, torsions)
-    rng = np.random.default_rng(seed)
-    pick = np.sort(rng.permutation(data.n_frames)[:NOISE_FRAMES])
-    with OpenMMEnergy(molecule.system, temperature, n_workers=workers or None) as energy:
-        u_noisy = energy.energies_kjmol(A.noisy_reference(data.xyz[pick], rng=rng)) / kT
     angles = _angles(data.xyz, molecule, pair, torsions)
     ref = _Reference(molecule, kT, data.xyz, data.settings, u_md, u_noisy, pair, torsions, angles, threshold, bins)
     replica = data.extras.get("replica")  # the block errors stay within one MD replica

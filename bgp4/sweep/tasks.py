@@ -192,7 +192,13 @@ def _finish_run(spec: RunSpec, stop: Callable[[], bool]) -> dict[str, Any]:
         if analyzed:
             grid = sweep_grid(run.parent.parent)  # the grid the sweep reports on: one analysis, not two
             analyze(
-                spec.train["data"], [run], run / "report", seed=spec.seed, workers=spec.train["workers"], rama_bins=grid
+                spec.train["data"],
+                [run],
+                run / "report",
+                seed=spec.seed,
+                workers=spec.train["workers"],
+                temperature=spec.train.get("temperature"),  # of a data file that records none
+                rama_bins=grid,
             )
             say("analyze: metrics in report/metrics.json")
         wall = time.perf_counter() - started
