@@ -19,8 +19,7 @@ from bgp4._io import exclusive
 from bgp4.errors import InputError
 from bgp4.kinds import KINDS
 from bgp4.settings import RefineSettings, SampleSettings, TrainSettings
-from bgp4.simulation.md import MDSettings, completed, simulate
-from bgp4.simulation.system import SystemSpec
+from bgp4.simulation.md import MDSettings, completed, data_path, simulate
 
 __all__ = ["PRESETS", "NO_PRESET", "get_preset", "preset_train_settings", "data_path", "run_pipeline"]
 
@@ -82,22 +81,6 @@ def preset_train_settings(preset: str, model: str) -> dict[str, Any]:
     """The `train` settings of `preset` for `model` (common part plus the model's overrides)."""
     p = get_preset(preset)
     return {**p["train"], **p.get("by_model", {}).get(model, {})}
-
-
-def data_path(out: Path, md: MDSettings) -> Path:
-    """Where the pipeline keeps its MD data: `data/ala2-600K.h5` for the default molecule and
-    system (as always), else `data/<molecule>[-<forcefield>][-vacuum][-free]-<T>K.h5`: the molecule's
-    registered name (or the PDB file's stem), then whatever of the system is not the default."""
-    # lazy: building the name list reads the molecule layer, which the CLI need not load to start
-    from bgp4.simulation.molecule import DEFAULT_MOLECULE, molecule_name
-
-    spec, default = SystemSpec(md.forcefield, md.solvent, md.constraints), SystemSpec()
-    name = Path(md.pdb).stem if md.pdb else molecule_name(md.molecule)
-    parts = ["ala2" if name == DEFAULT_MOLECULE and not md.pdb else name.replace(":", "-")]
-    parts += [spec.forcefield] if spec.forcefield != default.forcefield else []
-    parts += [spec.solvent] if spec.solvent != default.solvent else []
-    parts += ["free"] if spec.constraints == "none" else []
-    return out / "data" / f"{'-'.join(parts)}-{md.temperature:g}K.h5"
 
 
 def _refine(

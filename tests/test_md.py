@@ -241,6 +241,16 @@ def test_finished_file_is_not_overwritten(tmp_path, cli):
     assert out.read_bytes() == b"precious"
 
 
+def test_the_default_output_is_named_by_molecule_and_temperature(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a file in the way at the default name shows which name was taken
+    for args, name in (([], "ala2-600K.h5"), (["--molecule", "alanine-tetrapeptide", "--temperature", "300"],
+                                               "alanine-tetrapeptide-300K.h5")):  # fmt: skip
+        (tmp_path / "data").mkdir(exist_ok=True)
+        (tmp_path / "data" / name).write_bytes(b"precious")
+        result = cli("simulate", "--frames", "5", *args)
+        assert result.returncode == 2 and f"data/{name}" in result.stderr and "--overwrite" in result.stderr
+
+
 @pytest.mark.parametrize(
     "name, message",
     [("bad.txt", "ending in .h5"), ("folder.h5", "is a directory"), ("taken.txt", "ending in .h5")],

@@ -238,7 +238,7 @@ def test_a_pdb_molecule_without_constraints_end_to_end(cli, tmp_path):
 def test_the_pipeline_names_its_data_after_the_molecule(cli, tmp_path):
     from pathlib import Path
 
-    from bgp4.pipeline import data_path
+    from bgp4.simulation.md import data_path
 
     assert data_path(Path("o"), MDSettings()) == Path("o/data/ala2-600K.h5")  # as always
     assert data_path(Path("o"), MDSettings(molecule="alanine-tetrapeptide")).name == "alanine-tetrapeptide-600K.h5"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from bgp4._io import exclusive
 from bgp4.cli._app import DEFAULT_DATA, default_of, handles_errors
 from bgp4.errors import InputError
-from bgp4.simulation.md import MDSettings, completed
+from bgp4.simulation.md import MDSettings, completed, data_path
 from bgp4.simulation.md import simulate as run_md
 from bgp4.simulation.system import FORCE_FIELDS
 
@@ -49,7 +50,12 @@ _MD = MDSettings
 # text and its default (taken from the settings dataclasses), from one parameter.
 @handles_errors
 def simulate(
-    out: Path = typer.Option(DEFAULT_DATA, "--out", help="Output mdtraj HDF5 file (.h5)."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help=f"Output mdtraj HDF5 file (.h5). [default: {DEFAULT_DATA} for the default molecule, system and "
+        "temperature; else data/<molecule>[-<forcefield>][-vacuum][-free]-<T>K.h5, as `bgp4 pipeline` names it]",
+    ),
     frames: int = typer.Option(
         default_of(_MD, "frames"),
         help=(
@@ -160,6 +166,7 @@ def simulate(
         replica_exchange=replica_exchange,
         velocity_refresh=velocity_refresh,
     )
+    out = out if out is not None else data_path(Path("."), settings)
     if not overwrite and completed(out, settings):
         typer.echo(f"{out}: already complete ({settings.frames} frames)")
         return

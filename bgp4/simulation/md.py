@@ -41,6 +41,7 @@ __all__ = [
     "AUTO_TIMESTEP_FS",
     "MDSettings",
     "completed",
+    "data_path",
     "simulate",
 ]
 
@@ -370,3 +371,20 @@ def _assemble(out: Path, work: Path, s: MDSettings) -> None:
 
     replica = np.repeat(np.arange(s.replicas, dtype=np.int16), counts)
     write_trajectory(out, molecule.topology, chunks(), settings, extras={"replica": replica})
+
+
+def data_path(out: Path, md: MDSettings) -> Path:
+    """Where `bgp4 simulate` and the pipeline put MD data under `out` by default: `data/ala2-600K.h5`
+    for the default molecule and system (as always), else
+    `data/<molecule>[-<forcefield>][-vacuum][-free]-<T>K.h5`: the molecule's registered name (or
+    the PDB file's stem), then whatever of the system is not the default."""
+    # lazy: building the name list reads the molecule layer, which the CLI need not load to start
+    from bgp4.simulation.molecule import DEFAULT_MOLECULE, molecule_name
+
+    spec, default = SystemSpec(md.forcefield, md.solvent, md.constraints), SystemSpec()
+    name = Path(md.pdb).stem if md.pdb else molecule_name(md.molecule)
+    parts = ["ala2" if name == DEFAULT_MOLECULE and not md.pdb else name.replace(":", "-")]
+    parts += [spec.forcefield] if spec.forcefield != default.forcefield else []
+    parts += [spec.solvent] if spec.solvent != default.solvent else []
+    parts += ["free"] if spec.constraints == "none" else []
+    return out / "data" / f"{'-'.join(parts)}-{md.temperature:g}K.h5"
