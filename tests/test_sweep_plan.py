@@ -212,13 +212,16 @@ def test_refinement_is_part_of_every_run_and_of_its_done_check(md_file, tmp_path
         (["--worker-memory", "nan"], "--worker-memory must be 0 (no limit) or at least"),
         (["--worker-memory", "4", "--scheduler", "tcp://127.0.0.1:1"], "not of --scheduler's"),
         (["--workers", "-3"], "--workers must be 0 (the default size) or more, not -3"),
+        (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers sizes a local cluster, not --scheduler's"),
+        (["--config", "seeded.toml"], "(--config) sets model, seed: a sweep sets them"),
         (["--data", "new.h5", "--temperature", "300"], "would simulate it at 600 K, not the 300 K of --temperature"),
         (["--batch", "100000"], "training frames, fewer than one batch of 100000 (--batch)"),
         (["--test-fraction", "0.0001"], "leaves no test frames out of"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
-    args = [str(tmp_path / a) if a == "new.h5" else a for a in args]  # a data file the sweep would make
+    (tmp_path / "seeded.toml").write_text('seed = 3\nmodel = "spline"\nsteps = 10\n')
+    args = [str(tmp_path / a) if a in ("new.h5", "seeded.toml") else a for a in args]  # new.h5: the sweep would make it
     result = cli("sweep", "--data", md_file, "--out", tmp_path / "sweep", *args)
     assert message in _one_line_error(result)
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "new.h5").exists()

@@ -18,12 +18,13 @@ __all__ = ["simulate", "merge", "molecule_choice", "MOLECULE_HELP", "SEQUENCE_HE
 
 MOLECULE_HELP = (
     "Registered molecule to simulate: alanine-dipeptide, alanine-tetrapeptide, alanine-hexapeptide "
-    "or sequence:SEQ (bgp4.simulation.molecule); empty: the default, alanine dipeptide."
+    "or sequence:SEQ (e.g. sequence:AAA); empty: the default, alanine dipeptide. Only one of --molecule, "
+    "--sequence, --pdb."
 )
 SEQUENCE_HELP = (
     "Simulate the capped peptide Ace-SEQ-Nme built from one-letter amino-acid codes (AAA: "
     "Ace-Ala3-Nme), or codes separated by - (Ala-Ala-Ala); the data file records it as the molecule "
-    "sequence:SEQ in one-letter codes. Not with --molecule."
+    "sequence:SEQ in one-letter codes. Only one of --molecule, --sequence, --pdb."
 )
 FORCEFIELD_HELP = (
     f"Force field (OpenMM's files): {', '.join(FORCE_FIELDS)}; amber96 with obc is ff96 with OBC1, "
@@ -31,7 +32,8 @@ FORCEFIELD_HELP = (
 )
 PDB_HELP = (
     "Simulate the molecule of this PDB (or PDBx/mmCIF) file: any atom order and hydrogen naming "
-    "OpenMM reads; missing hydrogens are added, the structure minimized. Not with --molecule."
+    "OpenMM reads; missing hydrogens are added, the structure minimized. Only one of --molecule, --sequence, "
+    "--pdb."
 )
 
 
@@ -178,14 +180,15 @@ def simulate(
 
 @handles_errors
 def merge(
-    out: Path = typer.Argument(..., help="The merged data file to write (.h5)."),
+    out: Path = typer.Argument(..., metavar="OUT", help="The merged data file to write (.h5)."),
     inputs: list[Path] = typer.Argument(
         ...,
+        metavar="INPUTS",
         help="Two or more bgp4 data files of one molecule, system and temperature, in the order to keep.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUT if it exists."),
 ) -> None:
-    """Merge data files of one target (say replica exchanges with other seeds) into one training file.
+    """Merge data files of one molecule, system and temperature (say replica exchanges with other seeds) into one.
 
     Frames (nm) and energies (kJ/mol) are concatenated in the order given; the file records each
     input's frames and MD energy evaluations (`merged_from`), so reports count the MD of all of them.

@@ -23,7 +23,7 @@ _SAMPLE, _REFINE = SampleSettings, RefineSettings
 # text and its default (taken from the settings dataclasses), from one parameter.
 @handles_errors
 def sample(
-    run: Path = typer.Argument(..., help="Run directory of a finished `bgp4 train`."),
+    run: Path = typer.Argument(..., metavar="RUN", help="Run directory of a finished `bgp4 train`."),
     n: int = typer.Option(default_of(_SAMPLE, "n"), "--n", help="Number of samples."),
     out: Optional[Path] = typer.Option(None, "--out", help="Samples file (mdtraj HDF5). [default: RUN/samples.h5]"),
     batch: int = typer.Option(
@@ -31,13 +31,24 @@ def sample(
         help="Samples drawn and evaluated per batch (the flow takes them in slices, so its memory stays bounded).",
     ),
     device: str = typer.Option(
-        default_of(_SAMPLE, "device"), help="auto|cpu|cuda for the flow (energies run on OpenMM workers)."
+        default_of(_SAMPLE, "device"),
+        help="auto|cpu|cuda|cuda:N for the flow (auto: CUDA when available; energies run on OpenMM processes).",
     ),
-    seed: int = typer.Option(default_of(_SAMPLE, "seed"), help="Random seed of the prior samples."),
-    workers: int = typer.Option(default_of(_SAMPLE, "workers"), help="Energy-bridge processes (0: one per core)."),
-    temperature: Optional[float] = typer.Option(None, help="Temperature in K; only for a run that records none."),
+    seed: int = typer.Option(
+        default_of(_SAMPLE, "seed"), help="Random seed of the prior samples and of the refinement."
+    ),
+    workers: int = typer.Option(
+        default_of(_SAMPLE, "workers"), help="OpenMM processes that evaluate energies (0: one per core)."
+    ),
+    temperature: Optional[float] = typer.Option(
+        None,
+        help="Temperature in K, for a run whose complete.json records none (runs trained since 2026-11-26 record it).",
+    ),
     overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace an existing samples file made with other settings."
+        False,
+        "--overwrite",
+        help="Draw again over an existing samples file, its refined file and any partial refinement; without it, a "
+        "file of the same settings is kept and one of other settings refused.",
     ),
     refine: Optional[int] = typer.Option(
         None,
@@ -54,7 +65,7 @@ def sample(
             "MALA/HMC moves per refinement level, after the independence moves (one energy+force "
             "evaluation and a backward pass through the flow per leapfrog step); 0: independence "
             "moves alone, at a half to a quarter of the cost, for a generator that covers every state"
-            " (run/results/ais-refinement)."
+            "."
         ),
     ),
     refine_independence: int = typer.Option(
@@ -73,14 +84,16 @@ def sample(
         default_of(_REFINE, "resample_ess"),
         "--resample-ess",
         help=(
-            "SMC: resample when the ESS of the running weights falls below this fraction (0: plain "
+            "Sequential Monte Carlo: resample when the effective sample size (ESS) of the running weights, as a "
+            "fraction of the samples, falls below this (0: plain "
             "AIS); each sample's lineage is kept, and analyze reports the ESS with the copies of one "
             "lineage counted once."
         ),
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
-    """Draw samples with their energies (kJ/mol), log q and log importance weights.
+    """Draw samples from a trained generator (RUN of `bgp4 train`) with their energies (kJ/mol), the
+    generator's log density log q and log importance weights.
 
     Samples whose energy is not finite, or that left the internal-coordinate domain, are kept,
     flagged and counted. With --refine K the same samples are then annealed towards the
@@ -139,11 +152,17 @@ def _say_refined(refined: dict, summary: dict, refinement: RefineSettings) -> No
 @handles_errors
 def analyze(
     ctx: typer.Context,
-    runs: Optional[list[Path]] = typer.Argument(None, help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."),
+    runs: Optional[list[Path]] = typer.Argument(
+        None, metavar="RUNS", help="Run directories with samples (e.g. runs/rnvp runs/p4inv)."
+    ),
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="The MD data file the runs were trained on."),
     out: Path = typer.Option(Path("report"), "--out", help="Report directory (figures, metrics.json, report.md)."),
-    seed: int = typer.Option(0, help="Seed of the noise reference and of the bootstrap."),
-    workers: int = typer.Option(0, help="Energy-bridge processes (0: one per core)."),
+    seed: int = typer.Option(
+        0,
+        help="Seed of the noise reference (MD frames with small Gaussian noise, a yardstick for the energy "
+        "figures) and of the bootstrap intervals.",
+    ),
+    workers: int = typer.Option(0, help="OpenMM processes that evaluate energies (0: one per core)."),
     sweep_dir: Optional[Path] = typer.Option(
         None, "--sweep", help="Aggregate the sweep in this directory over seeds into SWEEP/report/ (instead of RUNS)."
     ),
@@ -156,8 +175,9 @@ def analyze(
     rama_bins: Optional[int] = typer.Option(
         None,
         "--rama-bins",
-        help=f"Bins per axis of the Ramachandran KL and TV (2..{MAX_RAMA_BINS}; default {N_BINS}); "
-        f"{TABLE_RAMA_BINS}: the grid of the field's table (TA-BG's KL). With --sweep: default the grid of the "
+        help=f"Bins per axis of the Ramachandran KL divergence and total variation (TV) in the metrics "
+        f"(2..{MAX_RAMA_BINS}; default {N_BINS}; the figures keep {N_BINS}); {TABLE_RAMA_BINS}: the grid of the "
+        "published 300 K table (TA-BG's KL). With --sweep: default the grid of the "
         "sweep's last report, and runs analyzed on another grid are analyzed again; `bgp4 sweep` keeps that grid.",
     ),
 ) -> None:

@@ -16,6 +16,7 @@ from bgp4.cli._app import default_of, handles_errors
 from bgp4.cli.md import FORCEFIELD_HELP, MOLECULE_HELP, PDB_HELP, SEQUENCE_HELP, molecule_choice
 from bgp4.cli.training import train
 from bgp4.config import merge_settings, read_config_file
+from bgp4.errors import InputError
 from bgp4.pipeline import NO_PRESET, get_preset, preset_train_settings, run_pipeline
 from bgp4.settings import (
     SCRATCH_SETTINGS,
@@ -32,7 +33,11 @@ _SAMPLE = SampleSettings
 
 @handles_errors
 def pipeline(
-    preset: str = typer.Option("quick", help="quick (minutes on 2 cores) or paper (the full reproduction)."),
+    preset: str = typer.Option(
+        "quick",
+        help="quick (minutes on 2 cores: 100,000 MD frames; rnvp, p4inv and spline, the spline refined by AIS) or "
+        "paper (the full reproduction: 500,000 frames; rnvp, p4inv, spline and spline-p4inv).",
+    ),
     out: Optional[Path] = typer.Option(
         None, "--out", help="Directory for data, runs and report. [default: out/<preset>]"
     ),
@@ -48,8 +53,9 @@ def pipeline(
     ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Simulate, train the preset's generators, sample (refining by AIS where the preset says so) and analyze;
-    completed stages are skipped on rerun. Alanine dipeptide unless another molecule is given."""
+    """Simulate, train the preset's generators, sample (refining by AIS where the preset says so) and analyze,
+    into out/<preset>/ (data/, runs/<model>/, report/); completed stages are skipped on rerun. Alanine
+    dipeptide unless another molecule is given."""
     md = {
         "molecule": molecule_choice(molecule, sequence, pdb),
         "pdb": pdb,
@@ -73,6 +79,8 @@ _SWEEP_HELP = {
     "init": "A finished sweep: each run starts from that sweep's run of the same model and seed (e.g. FAB "
     "after a likelihood sweep).",
     "temperature": "Temperature in K of a data file that records none (a plain mdtraj file).",
+    "config": "TOML or YAML file of `bgp4 train` settings for every run (not the sweep's own options, nor data, "
+    "model or seed, which the sweep sets); flags win.",
 }
 
 
@@ -105,7 +113,10 @@ def _with_train_settings(command: Callable) -> Callable:
 @_with_train_settings
 def sweep(
     data: Path = typer.Option(
-        ..., "--data", help="MD data file; simulated first (with the preset's MD settings) if it does not exist."
+        ...,
+        "--data",
+        help="MD data file; simulated first if it does not exist, with the preset's MD settings, else `bgp4 "
+        "simulate`'s defaults (alanine dipeptide, 600 K, 500,000 frames).",
     ),
     models: str = typer.Option(
         "rnvp,p4inv",
@@ -128,7 +139,8 @@ def sweep(
     preset: Optional[str] = typer.Option(
         None,
         "--preset",
-        help="quick|paper: the train, sample and MD sizes of `bgp4 pipeline`; settings given here win.",
+        help="quick|paper: the train, sample and MD sizes of `bgp4 pipeline` (not its models or refinement); "
+        "settings given here win. The [default: ...] of the train settings below hold without --preset.",
     ),
     samples: Optional[int] = typer.Option(
         None, "--samples", help="Samples per run. [default: the preset's, else 100000]"
@@ -139,7 +151,10 @@ def sweep(
         help="Address of a running Dask scheduler (tcp://host:8786); default: a local cluster on this machine.",
     ),
     workers: Optional[int] = typer.Option(
-        None, "--workers", help="Local cluster: worker processes, one task each. [default: cores / threads-per-run]"
+        None,
+        "--workers",
+        help="Local cluster: Dask worker processes, one task each (a run's OpenMM energy processes: "
+        "--threads-per-run); not with --scheduler. [default: cores / threads-per-run, at most the runs to do]",
     ),
     worker_memory: Optional[float] = typer.Option(
         None,
@@ -155,7 +170,8 @@ def sweep(
         0.0,
         "--gpus-per-run",
         help=(
-            "GPUs per run, as Dask worker resources (start workers with --resources GPU=1); 0.5 puts two runs on a GPU."
+            "GPUs per run, as Dask worker resources (with --scheduler, start its workers with --resources GPU=1; "
+            "a local cluster sets them itself); 0.5 puts two runs on a GPU."
         ),
     ),
     refine: int = typer.Option(
@@ -196,6 +212,11 @@ def sweep(
     config = settings.pop("config", None)
     flags = {("compile" if k == "compile_mode" else k): v for k, v in settings.items()}
     from_file = read_config_file(config) if config else {}
+    per_run = sorted(set(from_file) & {"data", "model", "seed"})
+    if per_run:
+        raise InputError(
+            f"{config} (--config) sets {', '.join(per_run)}: a sweep sets them (--data, --models, --seeds)"
+        )
     base = merge_settings(TrainSettings, {**chosen["train"], **from_file}, flags)
     # a preset's per-kind sizes sit between its common settings and the user's file and flags
     by_model = {

@@ -53,8 +53,9 @@ def train(
         "--objective",
         help=(
             "What the energy phase trains: ml (nothing: likelihood only), mixed (the paper's likelihood + "
-            "w_e reverse KL), kl (reverse KL of the flow's own samples, no data) or fab (AIS towards p^2/q "
-            "with a prioritized replay buffer, no data)."
+            "w_e reverse KL), kl (reverse KL of the flow's own samples, no data) or fab (flow annealed "
+            "importance-sampling bootstrap: annealed importance sampling towards p^2/q, with p the Boltzmann "
+            "density and q the flow's, and a prioritized replay buffer; no data)."
         )
         + _d("objective"),
     ),
@@ -168,13 +169,22 @@ def train(
         + _d("penalty_weight"),
     ),
     merge_every: Optional[int] = typer.Option(
-        None, "--merge-every", help="P4Inv: optimizer steps between merge attempts (N)." + _d("merge_every")
+        None,
+        "--merge-every",
+        help="P4Inv: optimizer steps between attempts to fold each layer's trained rank-one update u v^T into "
+        "its frozen matrix A." + _d("merge_every"),
     ),
     force_every: Optional[int] = typer.Option(
-        None, "--force-every", help="P4Inv: force every n-th merge attempt." + _d("force_every")
+        None,
+        "--force-every",
+        help="P4Inv: every n-th merge attempt folds the update in even when it is outside the merge bounds."
+        + _d("force_every"),
     ),
     correct_every: Optional[int] = typer.Option(
-        None, "--correct-every", help="P4Inv: correct the inverse every n-th attempt." + _d("correct_every")
+        None,
+        "--correct-every",
+        help="P4Inv: every n-th merge attempt refines each layer's stored inverse of A (undoing rounding drift)."
+        + _d("correct_every"),
     ),
     test_fraction: Optional[float] = typer.Option(
         None, "--test-fraction", help="Share of frames held out for the test NLL." + _d("test_fraction")
@@ -206,9 +216,9 @@ def train(
         None,
         "--fix-constrained/--no-fix-constrained",
         help=(
-            "Hold every constrained X-H bond at its constraint length (48 flow dims; HA leaves the "
-            "rigid block). --no-fix-constrained: the paper's 60 dims, where importance weights are "
-            "not defined."
+            "Hold every constrained X-H bond at its constraint length, so that the flow has no dimension "
+            "for it (alanine dipeptide: 48 flow dims instead of 60). --no-fix-constrained: those bonds are flow "
+            "dims too (the paper's 60), and importance weights are not defined (the MD never moved them)."
         )
         + _d("fix_constrained"),
     ),
@@ -222,11 +232,15 @@ def train(
         )
         + _d("zmatrix"),
     ),
-    device: Optional[str] = typer.Option(None, help="auto|cpu|cuda (auto: CUDA when available)." + _d("device")),
+    device: Optional[str] = typer.Option(
+        None, help="auto|cpu|cuda|cuda:N for the flow (auto: CUDA when available)." + _d("device")
+    ),
     seed: Optional[int] = typer.Option(
         None, help="Random seed (split, initialization, batches, samples)." + _d("seed")
     ),
-    workers: Optional[int] = typer.Option(None, help="Energy-bridge processes (0: one per core)." + _d("workers")),
+    workers: Optional[int] = typer.Option(
+        None, help="OpenMM processes that evaluate energies (0: one per core)." + _d("workers")
+    ),
     temperature: Optional[float] = typer.Option(
         None,
         help=(
@@ -241,7 +255,8 @@ def train(
             "torch.compile the likelihood step: auto|on|off. auto compiles CPU runs with MD data and at least 3,000"
             " steps that evaluate the likelihood (likelihood steps plus mixed or fab energy steps; rnvp,"
             " p4inv) or 1,000 (spline kinds), where the compile (30-70 s) is"
-            " won back by ~25-40% faster steps; a failed compile falls back to plain PyTorch."
+            " won back by ~25-40% faster steps; a failed compile falls back to plain PyTorch. Runs without MD"
+            " data are not compiled."
         )
         + _d("compile"),
     ),
@@ -260,7 +275,8 @@ def train(
         "--molecule",
         help=(
             "From scratch without data (--data none, no --init): the molecule, alanine-dipeptide, "
-            "alanine-tetrapeptide, alanine-hexapeptide or sequence:SEQ; its coordinate transform is fitted to "
+            "alanine-tetrapeptide, alanine-hexapeptide or sequence:SEQ (a capped peptide in one-letter codes, "
+            "e.g. sequence:AAA); its coordinate transform is fitted to "
             "its minimized structure with force-field widths at --temperature."
         ),
     ),

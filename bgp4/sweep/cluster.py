@@ -87,9 +87,11 @@ def local_memory_limit(n_workers: int, gib: float | None = None) -> int:
 def check_worker_memory(scheduler: str | None, gib: float | None, workers: int | None = None) -> None:
     """Refuse a --worker-memory (GiB) that is not 0 or a finite figure >= LEAST_WORKER_GIB, or one
     given with --scheduler, whose workers were started elsewhere with their own limits; and a
-    --workers count below 0 (0 or None: the default)."""
+    --workers count below 0 (0 or None: the default), or one given with --scheduler."""
     if workers is not None and workers < 0:
         raise InputError(f"--workers must be 0 (the default size) or more, not {workers}")
+    if workers and scheduler:
+        raise InputError("--workers sizes a local cluster, not --scheduler's, whose workers were started elsewhere")
     if gib is None:
         return
     if scheduler:
