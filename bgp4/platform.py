@@ -91,4 +91,4 @@ def resolve_device(name: str) -> torch.device:
     try:
         return torch.device(name)
     except RuntimeError:
-        raise InputError(f"unknown device {name!r}; use auto, cpu or cuda") from None
+        raise InputError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None

@@ -160,7 +160,7 @@ class TrainSettings:
         if self.zmatrix not in ZMATRICES:
             raise InputError(f"zmatrix (--zmatrix) must be one of {', '.join(ZMATRICES)}, got {self.zmatrix!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise InputError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
+            raise InputError(f"unknown device {self.device!r}; choose auto, cpu, cuda or cuda:N")
         for name in ("blocks", "hidden", "bins"):
             if getattr(self, name) < 0:
                 raise InputError(f"{_named(name)} must be >= 0 (0: the kind's default), got {getattr(self, name)}")
