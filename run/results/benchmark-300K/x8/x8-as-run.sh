@@ -4,7 +4,9 @@
 # Four more dense replica exchanges as run/long_runs.sh's (seeds 9-12; seed 8 stays the held-out run
 # the TV is scored against), two at a time, about 1 h 50 min each on one core; each pair checked
 # against the other (run/scripts/remd_check.py); merged with session 49's seeds 4-7 (x4-again) to x8;
-# then the sweep as the x4 one (spline, 3 seeds, 20,000 steps, 100,000 samples, AIS(48)).
+# then the sweep as the x4 one (spline, 3 seeds, 100,000 samples, AIS(48)) but at 30,000 steps with the
+# best test NLL's weights kept (about 95 min of training a seed on a quiet core: within the 2 h of the target;
+# twice the frames hold off overfitting longer).
 # Every step resumes: rerun this script after a kill, as
 #   setsid nohup bash x8-as-run.sh >> x8.log 2>&1 & echo 19 > /proc/$!/autogroup
 # from the directory that holds snap/ (a copy of the code at the start: `git archive`), data/ with the
@@ -33,7 +35,7 @@ done
 [ -f $d/ala2-300K-remd-dense-x8.h5 ] || python -m bgp4.cli merge $d/ala2-300K-remd-dense-x8.h5 \
   $d/ala2-300K-remd-dense-s{4,5,6,7,9,10,11,12}.h5
 date -u +"%T merged"
-python -m bgp4.cli sweep --data $d/ala2-300K-remd-dense-x8.h5 --models spline --seeds 3 --steps 20000 \
+python -m bgp4.cli sweep --data $d/ala2-300K-remd-dense-x8.h5 --models spline --seeds 3 --steps 30000 --keep-best \
   --eval-every 500 --samples 100000 --batch 512 --augment --objective ml --energy-steps 0 --refine 48 \
   --refine-steps 0 --workers 1 --threads-per-run 2 --worker-memory 16 --out x8 --quiet
 date -u +"%T swept"
