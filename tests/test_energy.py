@@ -17,7 +17,7 @@ import torch
 
 from bgp4.errors import Bgp4Error, InputError
 from bgp4.simulation import _energy_pool
-from bgp4.simulation.energy import OpenMMEnergy, regularize_energy
+from bgp4.simulation.energy import OpenMMEnergy, md_energies_kjmol, regularize_energy
 from bgp4.simulation.molecule import kT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -295,3 +295,15 @@ def test_workers_do_not_outlive_a_killed_parent(sig):
             child.kill()
             child.wait()
         child.stdout.close()
+
+
+def test_md_energies_are_the_files_own_or_evaluated_where_it_stores_none(md_file):
+    from bgp4.simulation.data import load_trajectory
+
+    data = load_trajectory(md_file)
+    xyz, stored = data.xyz[:200], data.energies[:200]
+    system, temperature = data.molecule().system, data.settings["temperature"]
+    assert md_energies_kjmol(xyz, stored, system, temperature) is stored  # nothing evaluated
+    evaluated = md_energies_kjmol(xyz, np.full(200, np.nan), system, temperature, workers=1)  # a plain mdtraj file
+    # the file stores float32 frames and energies: the same energies within float32 rounding
+    np.testing.assert_allclose(evaluated, stored, rtol=0, atol=0.05)

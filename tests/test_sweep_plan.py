@@ -213,14 +213,16 @@ def test_refinement_is_part_of_every_run_and_of_its_done_check(md_file, tmp_path
         (["--worker-memory", "4", "--scheduler", "tcp://127.0.0.1:1"], "not of --scheduler's"),
         (["--workers", "-3"], "--workers must be 0 (the default size) or more, not -3"),
         (["--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers sizes a local cluster, not --scheduler's"),
-        (["--config", "seeded.toml"], "(--config) sets model, seed: a sweep sets them"),
+        (["--config", "seeded.toml"], "(--config) sets model, seed, workers: a sweep sets them"),
+        (["--test-fraction", "1.5"], "test_fraction (--test-fraction) must be in (0, 1), got 1.5"),
+        (["--test-fraction", "nan"], "test_fraction (--test-fraction) must be a finite number, got nan"),
         (["--data", "new.h5", "--temperature", "300"], "would simulate it at 600 K, not the 300 K of --temperature"),
         (["--batch", "100000"], "training frames, fewer than one batch of 100000 (--batch)"),
         (["--test-fraction", "0.0001"], "leaves no test frames out of"),
     ],
 )
 def test_bad_sweep_arguments_fail_cleanly_and_write_nothing(md_file, tmp_path, cli, args, message):
-    (tmp_path / "seeded.toml").write_text('seed = 3\nmodel = "spline"\nsteps = 10\n')
+    (tmp_path / "seeded.toml").write_text('seed = 3\nmodel = "spline"\nsteps = 10\nworkers = 2\n')
     args = [str(tmp_path / a) if a in ("new.h5", "seeded.toml") else a for a in args]  # new.h5: the sweep would make it
     result = cli("sweep", "--data", md_file, "--out", tmp_path / "sweep", *args)
     assert message in _one_line_error(result)

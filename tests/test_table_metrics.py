@@ -159,6 +159,8 @@ def test_the_tables_ramachandran_grid_is_an_analyze_option(tmp_path, cli):
     # options a sweep's report takes from the sweep are refused, not ignored; --refresh needs --sweep
     result = cli("analyze", "--sweep", tmp_path / "sweep", "--data", tmp_path / "d.h5", "--seed", "3")
     assert result.returncode == 2 and "--data, --seed cannot go with --sweep" in result.stderr
+    result = cli("analyze", "--sweep", tmp_path / "sweep", "--out", tmp_path / "r", "--temperature", "300")
+    assert result.returncode == 2 and "--out, --temperature cannot go with --sweep" in result.stderr
     result = cli("analyze", tmp_path / "run", "--refresh", "--out", tmp_path / "report")
     assert result.returncode == 2 and "--refresh goes with --sweep DIR only" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -74,13 +74,13 @@ def pipeline(
 _NOT_SWEEP_SETTINGS = {"out", "overwrite", "quiet", "data", "model", "seed", "workers"}
 # train's options whose meaning differs in a sweep: the sweep's own help text
 _SWEEP_HELP = {
-    "device": "auto|cpu|cuda. auto is cpu unless --gpus-per-run > 0 (the resource request decides, not the "
+    "device": "auto|cpu|cuda|cuda:N. auto is cpu unless --gpus-per-run > 0 (the resource request decides, not the "
     "device a worker happens to see). [default: auto]",
     "init": "A finished sweep: each run starts from that sweep's run of the same model and seed (e.g. FAB "
     "after a likelihood sweep).",
     "temperature": "Temperature in K of a data file that records none (a plain mdtraj file).",
     "config": "TOML or YAML file of `bgp4 train` settings for every run (not the sweep's own options, nor data, "
-    "model or seed, which the sweep sets); flags win.",
+    "model, seed or workers, which the sweep sets); flags win.",
 }
 
 
@@ -212,10 +212,11 @@ def sweep(
     config = settings.pop("config", None)
     flags = {("compile" if k == "compile_mode" else k): v for k, v in settings.items()}
     from_file = read_config_file(config) if config else {}
-    per_run = sorted(set(from_file) & {"data", "model", "seed"})
+    per_run = sorted(set(from_file) & {"data", "model", "seed", "workers"})
     if per_run:
         raise InputError(
-            f"{config} (--config) sets {', '.join(per_run)}: a sweep sets them (--data, --models, --seeds)"
+            f"{config} (--config) sets {', '.join(per_run)}: a sweep sets them (--data, --models, --seeds, "
+            "--threads-per-run)"
         )
     base = merge_settings(TrainSettings, {**chosen["train"], **from_file}, flags)
     # a preset's per-kind sizes sit between its common settings and the user's file and flags

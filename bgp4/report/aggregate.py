@@ -270,15 +270,20 @@ def seeds_figure(models: list[str], summary: dict[str, Any], path: Path) -> list
 def energies_figure(record: dict[str, Any], runs: dict[str, dict[int, dict[str, Any]]], path: Path) -> list[Path]:
     """Energy violins: MD, then each model's samples pooled over its seeds (kT)."""
     from bgp4.analysis import plots
-    from bgp4.simulation.data import load_trajectory
+    from bgp4.simulation.data import load_trajectory, resolve_temperature
+    from bgp4.simulation.energy import md_energies_kjmol
 
     done = [(m, r) for m in record["models"] for r in runs[m].values()]
     if not done:
         return []
     kT = done[0][1]["kT"]
     data = load_trajectory(record["data"])
-    n_atoms = data.molecule().n_atoms
-    columns = {"MD": data.energies / kT}
+    molecule = data.molecule()
+    n_atoms = molecule.n_atoms
+    temperature = resolve_temperature(
+        data.settings.get("temperature"), (record.get("train") or {}).get("temperature"), record["data"]
+    )
+    columns = {"MD": md_energies_kjmol(data.xyz, data.energies, molecule.system, temperature) / kT}
     threshold = float(np.mean([r["threshold"] for _, r in done]))
     low = {"MD": float(np.mean(columns["MD"] < threshold))}
     for model in record["models"]:

@@ -33,7 +33,7 @@ from bgp4.report.render import (  # noqa: F401 - re-exported: the CLI and the pi
 )
 from bgp4.settings import SampleSettings
 from bgp4.simulation.data import load_trajectory, resolve_temperature
-from bgp4.simulation.energy import OpenMMEnergy
+from bgp4.simulation.energy import OpenMMEnergy, md_energies_kjmol
 from bgp4.simulation.molecule import Molecule, central_pair, check_same_molecule
 from bgp4.stage import DATA, same_data, with_fingerprint
 
@@ -215,9 +215,8 @@ def _md_reference(
     kT = molecule.kT(temperature)
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.permutation(data.n_frames)[:NOISE_FRAMES])
+    u_md = md_energies_kjmol(data.xyz, data.energies, molecule.system, temperature, workers) / kT
     with OpenMMEnergy(molecule.system, temperature, n_workers=workers or None) as energy:
-        stored = np.isfinite(data.energies).any()
-        u_md = (data.energies if stored else energy.energies_kjmol(data.xyz)) / kT
         u_noisy = energy.energies_kjmol(A.noisy_reference(data.xyz[pick], rng=rng)) / kT
     train_idx = np.load(split)["train"] if split is not None and split.exists() else np.arange(data.n_frames)
     if train_idx.size == 0 or train_idx.max() >= data.n_frames:

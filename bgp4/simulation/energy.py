@@ -28,7 +28,7 @@ from bgp4.platform import get_platform, slow_on_reference
 from bgp4.simulation._energy_pool import Pool
 from bgp4.simulation.molecule import kT as thermal_energy
 
-__all__ = ["MAX_ABS_COORDINATE_NM", "OpenMMEnergy", "regularize_energy"]
+__all__ = ["MAX_ABS_COORDINATE_NM", "OpenMMEnergy", "regularize_energy", "md_energies_kjmol"]
 
 #: Coordinates beyond this many nm are treated as absurd (+inf energy) without calling OpenMM.
 MAX_ABS_COORDINATE_NM = 1.0e4
@@ -237,3 +237,15 @@ class OpenMMEnergy:
         return (
             f"OpenMMEnergy(n_atoms={self.n_atoms}, {self.temperature} K, {self.platform}, n_workers={self.n_workers})"
         )
+
+
+def md_energies_kjmol(
+    xyz: np.ndarray, stored: np.ndarray, system: openmm.System, temperature: float, workers: int = 0
+) -> np.ndarray:
+    """Potential energies (n,) in kJ/mol of MD frames `xyz` (n, n_atoms, 3) nm: `stored` (n,), the
+    file's own, unless it holds no finite value (a plain mdtraj file stores none): then evaluated
+    here on `workers` OpenMM processes (0: one per core), at a cost that grows with the frames."""
+    if np.isfinite(stored).any():
+        return stored
+    with OpenMMEnergy(system, temperature, n_workers=workers or None) as energy:
+        return energy.energies_kjmol(xyz)

@@ -152,7 +152,7 @@ def plan_sweep(
                     workers=own.workers or threads_per_run,
                     objective=objective,
                 )
-                check_frame_count(n_frames, settings, frames_of)
+                check_frame_count(n_frames, settings.validated(), frames_of)  # bad settings: their own message
                 if init_sweep:
                     settings = _started_from(init_sweep, out / "runs" / run_name(label or model, seed), settings)
                 spec = _run_spec(out, settings, samples, sample_batch, threads_per_run, gpus_per_run, label)
