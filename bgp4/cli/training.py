@@ -218,7 +218,8 @@ def train(
         help=(
             "Hold every constrained X-H bond at its constraint length, so that the flow has no dimension "
             "for it (alanine dipeptide: 48 flow dims instead of 60). --no-fix-constrained: those bonds are flow "
-            "dims too (the paper's 60), and importance weights are not defined (the MD never moved them)."
+            "dims too (the paper's 60), and importance weights are not defined (the target holds those bonds "
+            "fixed, so the flow's density off them has no Boltzmann counterpart)."
         )
         + _d("fix_constrained"),
     ),
