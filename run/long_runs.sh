@@ -59,6 +59,11 @@ dense_run 7
 # (run/results/benchmark-300K/million-frames.md, "The TV target against a fifth, held-out run"). 1 h 41 min on one core
 # beside a replica exchange.
 dense_run 8
+# Four more seeds for 2,000,000 frames (x8; run/results/benchmark-300K/x8/, session 51), seed 8
+# still held out: about 2 h on one core each, two at a time beside nothing else.
+for seed in 9 10 11 12; do dense_run "$seed"; done
+[ -f "$out/ala2-300K-remd-dense-x8.h5" ] || bgp4 merge \
+  "$out/ala2-300K-remd-dense-x8.h5" "$out"/ala2-300K-remd-dense-s{4,5,6,7,9,10,11,12}.h5
 
 # Issue 27: alanine tetrapeptide at 300 K without constraints (120 flow dims), replica exchange over
 # 6 temperatures from 300 to 600 K, 25 ns kept at 300 K (150.6 ns of MD). About 5 h on one core
