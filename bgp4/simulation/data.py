@@ -128,11 +128,16 @@ def md_data_settings(path: str | os.PathLike) -> dict[str, Any]:
 def frame_count(path: str | os.PathLike) -> int:
     """Frames in a trajectory file, read from its coordinates' shape (no frame is read);
     InputError for a file that `data_settings` refuses or one without coordinates."""
-    data_settings(path)
-    with tables.open_file(str(path), "r") as h5:
-        if "/coordinates" not in h5:
-            raise InputError(f"{path} is an HDF5 file without coordinates, not an mdtraj trajectory")
-        return int(h5.root.coordinates.shape[0])
+    path = Path(path)
+    _check_file(path)
+    try:
+        with tables.open_file(str(path), "r") as h5:  # one open: the shape alone, no settings or frames
+            shape = h5.root.coordinates.shape if "/coordinates" in h5 else None
+    except Exception:  # noqa: BLE001 - any reader failure means "not an HDF5 file", as data_settings says
+        raise InputError(f"{path} is not an mdtraj HDF5 trajectory file") from None
+    if shape is None:
+        raise InputError(f"{path} is an HDF5 file without coordinates, not an mdtraj trajectory")
+    return int(shape[0])
 
 
 def _settings_of(h5: tables.File) -> dict[str, Any]:
